@@ -1,0 +1,38 @@
+# One-command entry points. The real interface is `ansible-playbook site.yml` and `ansible-playbook train.yml`;
+# these targets only add the controller's virtual environment (.venv) around them.
+PYTHON   ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+# The node virtual environment that site.yml makes on the local inventory (inventory/local/group_vars/all.yml).
+NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup provision demo lint test unit
+
+$(BIN)/ansible-playbook: requirements.txt
+	@echo "== controller tools -> $(VENV) (ansible, ansible-lint, pytest)"
+	$(PYTHON) -m venv $(VENV) || { echo "error: '$(PYTHON) -m venv' failed; install your distribution's python3-venv package" >&2; exit 2; }
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+setup: $(BIN)/ansible-playbook
+
+# Provision this machine (inventory/local) -- see README "Provisioning".
+provision: setup
+	$(BIN)/ansible-playbook site.yml
+
+# The main job on one machine: provision, then pre-train a tiny BERT with 2 ranks.
+demo: provision
+	$(BIN)/ansible-playbook train.yml -e model=bert -e model_size=tiny
+
+lint: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
+	$(BIN)/ansible-playbook --syntax-check site.yml train.yml
+
+# Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
+unit:
+	$(NODE_PY) -m pip install --quiet --disable-pip-version-check pytest==9.2.0
+	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests $(PYTEST_ARGS)
+
+test: lint provision
+	$(MAKE) unit DSC_E2E=1

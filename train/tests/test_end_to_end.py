@@ -1,0 +1,151 @@
+"""End to end on this machine: the README's main-job command, then what a user gets back.
+
+Runs the command between the ``<!-- main-job -->`` markers of README.md exactly as a user would (it provisions the
+machine with site.yml and trains a tiny BERT with 2 ranks through the deepspeed launcher), then checks the run's
+output directory, that site.yml run again changes nothing, and that bad ``-e`` values stop before anything runs.
+Takes a few minutes; skipped unless ``DSC_E2E=1`` (``make test`` sets it; ``make unit`` alone does not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("DSC_E2E"),
+    reason="end-to-end test: set DSC_E2E=1 (make test does) to run it",
+)
+
+
+def readme_command(marker: str) -> str:
+    """Return the shell command in the fenced block that follows ``<!-- marker -->`` in README.md."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    match = re.search(rf"<!-- {marker} -->\s*```(?:sh|bash|console)?\n(.*?)```", text, re.S)
+    assert match, f"README.md has no fenced block after <!-- {marker} -->"
+    lines = [ln for ln in match.group(1).splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return "\n".join(lines)
+
+
+def run(cmd: str | list[str], log: Path, timeout: int) -> subprocess.CompletedProcess:
+    """Run a command from the repo root, keep its whole output in ``log`` and return it."""
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(cmd, shell=isinstance(cmd, str), cwd=REPO, env=env, text=True, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log.write_text(proc.stdout, encoding="utf-8")
+    return proc
+
+
+def recap(output: str, host: str = "localhost") -> dict[str, int]:
+    """Parse the last PLAY RECAP line of ``host`` into {"ok": n, "changed": n, ...}."""
+    lines = [ln for ln in output.splitlines() if re.match(rf"^{re.escape(host)}\s+:\s+ok=", ln)]
+    assert lines, "no PLAY RECAP line in the output"
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", lines[-1])}
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    log = tmp_path_factory.mktemp("e2e") / "main-job.log"
+    proc = run(readme_command("main-job"), log, timeout=30 * 60)
+    assert proc.returncode == 0, f"main-job command failed (rc {proc.returncode}); log: {log}\n{proc.stdout[-4000:]}"
+    found = re.findall(r"results will come back to (\S+?)\"?,?$", proc.stdout, re.M)
+    assert found, "the playbook did not say where the results are"
+    return proc, Path(found[-1])
+
+
+def test_main_job_metrics(main_job):
+    proc, out = main_job
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    assert metrics["trainer_world_size"] == 2
+    assert len(metrics["ranks"]) == 2
+    assert metrics["ranks"][0]["first_batches_sha256"] != metrics["ranks"][1]["first_batches_sha256"]
+    job = json.loads((out / "job.json").read_text())
+    assert metrics["steps"] == job["max_steps"]
+    assert metrics["last_loss"] < metrics["first_loss"] - 0.5
+    assert metrics["train_samples_per_second"] > 0 and metrics["wall_time_s"] > 0
+    # progress was printed while the job ran, not only at the end
+    assert re.search(r"step \d+/\d+ \(\d+%\) \| loss \d", proc.stdout)
+    assert "[rank 1/2] host=" in proc.stdout
+
+
+def test_main_job_files(main_job):
+    _, out = main_job
+    assert (out / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    hostfile = [ln for ln in (out / "hostfile").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert hostfile == ["localhost slots=2"]
+    ds = json.loads((out / "ds_config.json").read_text())
+    assert ds["zero_optimization"]["stage"] == 2
+    assert not any(p.name.startswith("checkpoint-") for p in out.iterdir())
+
+
+def test_main_job_model_reloads_and_predicts(main_job):
+    """The model that came back loads with from_pretrained and fills masks far better than chance."""
+    import torch
+    from datasets import load_from_disk
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
+
+    _, out = main_job
+    job = json.loads((out / "job.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    model = AutoModelForMaskedLM.from_pretrained(out / "model").eval()
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    import yaml
+
+    group_vars = yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())
+    data_dir = Path(group_vars["local_ssd_dir"]) / "data" / job["data_key"] / "dataset"
+    ds = load_from_disk(str(data_dir))
+    split = ds["train"] if hasattr(ds, "keys") and "train" in ds else ds
+    torch.manual_seed(0)
+    collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
+    batch = collator([{"input_ids": split[i]["input_ids"]} for i in range(8)])
+    with torch.no_grad():
+        loss = model(**batch).loss.item()
+    assert loss < metrics["first_loss"] - 0.5, (loss, metrics["first_loss"])
+
+    text = f"the python {tok.mask_token} reference"
+    enc = tok(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0]
+    top = tok.convert_ids_to_tokens(int(logits[0, pos].argmax()))
+    assert top not in tok.all_special_tokens
+
+
+def test_site_yml_again_changes_nothing(main_job, tmp_path):
+    proc = run([str(ANSIBLE_PLAYBOOK), "site.yml"], tmp_path / "site.log", timeout=10 * 60)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    counts = recap(proc.stdout)
+    assert counts["changed"] == 0 and counts["failed"] == 0, counts
+
+
+@pytest.mark.parametrize(
+    ("extra", "expect"),
+    [
+        (["-e", "model=nosuchmodel"], r"nosuchmodel.*bert"),
+        (["-e", "model=bert", "-e", "max_steps=-5"], r"max_steps"),
+        (["-e", "model=bert", "-e", "dataset_path=/no/such/corpus"], r"/no/such/corpus.*does not exist"),
+    ],
+)
+def test_bad_input_stops_before_anything_runs(extra, expect, tmp_path):
+    outputs = REPO / "outputs"
+    before = set(outputs.iterdir()) if outputs.exists() else set()
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", *extra], tmp_path / "bad.log", timeout=5 * 60)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stdout
+    assert re.search(expect, proc.stdout), proc.stdout[-3000:]
+    after = set(outputs.iterdir()) if outputs.exists() else set()
+    assert after == before, "a bad job must not create a run directory"
+    assert "Launch deepspeed" not in proc.stdout and "Prepare data" not in proc.stdout
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
