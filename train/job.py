@@ -1,0 +1,647 @@
+"""Resolve a training job: preset + size + `-e` overrides -> one validated dict (stdlib + PyYAML only).
+
+The Ansible controller runs this module with its own python, so it must not import torch or transformers.
+
+    python -m train.job keys
+    python -m train.job resolve --model bert --overrides '{"model_size": "tiny", "accelerator": "cpu"}' --out JOB.json
+    python -m train.job argv JOB.json --dataset-dir D --output-dir O --deepspeed C
+
+A preset (train/presets/<model>.yml; its schema is documented in the header of bert.yml) gives every job key;
+its `sizes.<model_size>` block overrides some of them; the user's overrides come last. Dict-valued keys
+(`model_config`) are merged key by key, everything else is replaced. The result is validated once; a user mistake
+gives exit status 2 and one line on stderr: `error: <what is wrong> (<where>); <how to fix>`.
+"""
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+
+# Bump when train/prepare_data.py changes what it writes for the same inputs: old artifacts then get a new key.
+DATA_FORMAT_VERSION = 1
+
+# Keys a preset fixes: they define what the preset *is*, so they can't be overridden.
+FIXED_KEYS = ("task", "model_type", "tokenizer_type")
+
+# Overridable keys -> (kind, nullable). Kinds: int, float, bool, str, dict. Order = order in the job file.
+SCHEMA = {
+    "model_size": ("str", False),
+    "model_config": ("dict", False),
+    "vocab_size": ("int", False),
+    "lowercase": ("bool", False),
+    "tokenizer_path": ("str", True),
+    "model_name_or_path": ("str", True),
+    "dataset_path": ("str", True),
+    "text_column": ("str", False),
+    "max_seq_length": ("int", False),
+    "mlm_probability": ("float", True),
+    "per_device_train_batch_size": ("int", False),
+    "gradient_accumulation_steps": ("int", False),
+    "train_batch_size": ("int", True),
+    "learning_rate": ("float", False),
+    "weight_decay": ("float", False),
+    "adam_beta1": ("float", False),
+    "adam_beta2": ("float", False),
+    "adam_epsilon": ("float", False),
+    "max_grad_norm": ("float", False),
+    "warmup_steps": ("int", False),
+    "max_steps": ("int", False),
+    "save_steps": ("int", False),
+    "logging_steps": ("int", False),
+    "save_total_limit": ("int", True),
+    "seed": ("int", False),
+    "dataloader_num_workers": ("int", False),
+    "precision": ("str", False),
+    "accelerator": ("str", False),
+    "zero_stage": ("int", False),
+    "offload_optimizer": ("str", False),
+    "run_name": ("str", True),
+}
+
+# Defaults for keys a preset may leave out (no numbers here: those live in the presets). `accelerator` has no
+# default on purpose: it is an inventory fact the playbook must pass.
+DEFAULTS = {
+    "model_size": "base",
+    "tokenizer_path": None,
+    "model_name_or_path": None,
+    "dataset_path": None,
+    "text_column": "text",
+    "train_batch_size": None,
+    "precision": "auto",
+    "offload_optimizer": "none",
+    "run_name": None,
+}
+
+# Keys written by resolve() that nobody sets: `model` (the preset name) and `data_key`.
+DERIVED_KEYS = ("model", "data_key")
+
+CHOICES = {
+    "task": ("mlm", "clm"),
+    "tokenizer_type": ("wordpiece", "byte_bpe"),
+    "precision": ("auto", "fp32", "fp16", "bf16"),
+    "accelerator": ("cpu", "cuda"),
+    "offload_optimizer": ("none", "cpu"),
+}
+
+# Per model family: config field names for positions / width / heads, and the positions a sequence can't use
+# (RoBERTa offsets positions by padding_idx + 1 = 2). Families not listed skip these checks.
+FAMILIES = {
+    "bert": {"positions": "max_position_embeddings", "offset": 0, "hidden": "hidden_size",
+             "heads": "num_attention_heads"},
+    "roberta": {"positions": "max_position_embeddings", "offset": 2, "hidden": "hidden_size",
+                "heads": "num_attention_heads"},
+    "gpt2": {"positions": "n_positions", "offset": 0, "hidden": "n_embd", "heads": "n_head"},
+}
+
+# Inputs that determine train/prepare_data.py's artifact (the masking rate doesn't: masking happens at train time).
+DATA_KEY_FIELDS = ("task", "model_type", "tokenizer_type", "vocab_size", "lowercase", "tokenizer_path",
+                   "dataset_path", "text_column", "max_seq_length")
+
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+_NULL = ("null", "none", "~", "")
+
+
+class JobError(ValueError):
+    """A user mistake in a preset, an override or a job file.
+
+    str(err) is the one-line message `<what> (<where>); <fix>` that the CLIs print after `error: `.
+    """
+
+    def __init__(self, what, where, fix):
+        self.what, self.where, self.fix = what, where, fix
+        super().__init__(f"{what} ({where}); {fix}")
+
+
+# --------------------------------------------------------------------------------------------------- coercion
+
+
+def coerce(key, value, where):
+    """Convert `value` to the kind SCHEMA gives `key`; strings as Ansible `-e key=value` passes them are parsed.
+
+    "100" -> 100 (int keys also take "5e4" -> 50000), "2e-4" -> 0.0002, "false"/"no"/"off"/"0" -> False,
+    "true"/"yes"/"on"/"1" -> True, '{"a": 1}' -> dict, "null"/"none"/"" -> None for nullable keys.
+    Raises JobError (naming `where`) when the value can't be converted; bools are never taken as numbers.
+    """
+    kind, nullable = SCHEMA[key]
+    if nullable and (value is None or (isinstance(value, str) and value.strip().lower() in _NULL)):
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    bad = JobError(f"{key} must be {_KIND_WORDS[kind]}{' or null' if nullable else ''}, got {value!r}", where,
+                   f"give {key} {_EXAMPLES[kind]}")
+    if kind == "int":
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return int(value)
+        if text is not None:
+            try:
+                return int(text)
+            except ValueError:
+                pass
+            try:
+                number = float(text)
+            except ValueError:
+                raise bad from None
+            if math.isfinite(number) and number.is_integer():
+                return int(number)
+        raise bad
+    if kind == "float":
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, (int, float)):
+            number = float(value)
+        elif text is not None:
+            try:
+                number = float(text)
+            except ValueError:
+                raise bad from None
+        else:
+            raise bad
+        if not math.isfinite(number):
+            raise bad
+        return number
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if text is not None and text.lower() in _TRUE:
+            return True
+        if text is not None and text.lower() in _FALSE:
+            return False
+        raise bad
+    if kind == "str":
+        if isinstance(value, str) and text:
+            return value
+        raise bad
+    if kind == "dict":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise bad from None
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return dict(value)
+        raise bad
+    raise AssertionError(kind)
+
+
+_KIND_WORDS = {"int": "an integer", "float": "a number", "bool": "a boolean", "str": "a non-empty string",
+               "dict": "a mapping (JSON object)"}
+_EXAMPLES = {"int": "a whole number, e.g. 100", "float": "a number, e.g. 2e-4", "bool": "true or false",
+             "str": "a non-empty string", "dict": """a JSON object, e.g. '{"num_hidden_layers": 4}'"""}
+
+
+# --------------------------------------------------------------------------------------------------- presets
+
+
+def available_models(presets_dir=PRESETS_DIR):
+    """Sorted preset names (the stems of `presets_dir/*.yml`), e.g. ['bert', 'gpt2', 'roberta']."""
+    return sorted(p.stem for p in Path(presets_dir).glob("*.yml"))
+
+
+def load_preset(model, presets_dir=PRESETS_DIR):
+    """Read `presets_dir/<model>.yml` -> (preset dict without `sizes`, sizes dict, path shown in messages).
+
+    Raises JobError for an unknown model (listing the presets), unreadable YAML, or a preset whose top-level keys
+    or `sizes` blocks aren't job keys.
+    """
+    models = available_models(presets_dir)
+    if not isinstance(model, str) or model not in models:
+        raise JobError(f"unknown model {model!r}", "model", f"choose one of: {', '.join(models)}")
+    path = Path(presets_dir) / f"{model}.yml"
+    shown = _shown(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise JobError(f"cannot read preset: {' '.join(str(exc).split())}", shown, "fix the YAML") from None
+    if not isinstance(data, dict):
+        raise JobError("preset is not a YAML mapping", shown, "write `key: value` lines as in bert.yml")
+    data = dict(data)
+    sizes = data.pop("sizes", None) or {"base": {}}
+    allowed = set(FIXED_KEYS) | set(SCHEMA)
+    for key in data:
+        if key not in allowed:
+            raise JobError(f"unknown preset key {key!r}", shown, f"use only job keys: {', '.join(_all_keys())}")
+    for key in FIXED_KEYS:
+        if key not in data:
+            raise JobError(f"preset lacks {key}", shown, f"add `{key}:` (one of {', '.join(CHOICES.get(key, ()))})"
+                           if key in CHOICES else f"add `{key}:`")
+    if not isinstance(sizes, dict) or not all(isinstance(v, dict) or v is None for v in sizes.values()):
+        raise JobError("`sizes` must map size names to blocks of job keys", shown, "see the sizes block of bert.yml")
+    sizes = {str(name): dict(block or {}) for name, block in sizes.items()}
+    for name, block in sizes.items():
+        for key in block:
+            if key not in SCHEMA or key == "model_size":
+                raise JobError(f"unknown key {key!r} in size {name!r}", f"{shown}: sizes.{name}",
+                               f"use only overridable job keys: {', '.join(k for k in SCHEMA if k != 'model_size')}")
+    return data, sizes, shown
+
+
+def _shown(path):
+    """`path` relative to the current directory when below it (shorter messages), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _all_keys():
+    return list(FIXED_KEYS) + list(SCHEMA)
+
+
+def override_keys():
+    """The job keys a user may set with `-e key=value` (`model` included: it picks the preset)."""
+    return ["model"] + list(SCHEMA)
+
+
+# --------------------------------------------------------------------------------------------------- resolve
+
+
+def resolve(model, overrides=None, presets_dir=PRESETS_DIR, now=None):
+    """Build the validated job dict for preset `model` with `overrides` (a dict; values may be `-e` strings).
+
+    `model` may be None when overrides carry "model". `now` (an aware datetime) is only used for the default
+    run_name `<model>-<size>-<YYYYmmddTHHMMSSZ>` (UTC). Returns a plain JSON-able dict: `model`, `data_key`,
+    FIXED_KEYS and every SCHEMA key, with precision resolved (auto -> bf16 on cuda, fp32 on cpu).
+    Raises JobError (one-line message naming the key and the preset file or override) on any user mistake.
+    """
+    overrides = dict(overrides or {})
+    if "model" in overrides:
+        given = overrides.pop("model")
+        if model is None:
+            model = given
+        elif given != model:
+            raise JobError(f"override model={given!r} contradicts --model {model!r}", "override model",
+                           "give the model once")
+    if model is None:
+        raise JobError("no model given", "model", f"pass -e model=<one of: {', '.join(available_models(presets_dir))}>")
+    allowed = override_keys()
+    for key in overrides:
+        if key in FIXED_KEYS:
+            raise JobError(f"{key} is fixed by the preset and can't be overridden", f"override {key}",
+                           f"pick another model instead (one of: {', '.join(available_models(presets_dir))})")
+        if key not in SCHEMA:
+            raise JobError(f"unknown override key {key!r}", f"override {key}",
+                           f"allowed keys: {', '.join(allowed)}")
+
+    preset, sizes, shown = load_preset(model, presets_dir)
+    job, origin = {}, {}
+
+    def apply(layer, where_prefix):
+        for key, value in layer.items():
+            where = f"{where_prefix}{key}"
+            if key in FIXED_KEYS:
+                job[key], origin[key] = value, where
+                continue
+            value = coerce(key, value, where)
+            if SCHEMA[key][0] == "dict" and isinstance(job.get(key), dict):
+                value = {**job[key], **value}
+            job[key], origin[key] = value, where
+
+    apply(DEFAULTS, "default ")
+    apply(preset, f"{shown}: ")
+    size = coerce("model_size", overrides.get("model_size", job["model_size"]),
+                  origin["model_size"] if "model_size" not in overrides else "override model_size")
+    if size not in sizes:
+        raise JobError(f"unknown model_size {size!r} for model {model}", f"{shown}: sizes",
+                       f"choose one of: {', '.join(sizes)}")
+    apply(sizes[size], f"{shown}: sizes.{size}.")
+    apply(overrides, "override ")
+    job["model_size"] = size
+
+    for key in SCHEMA:
+        if key not in job:
+            if key == "accelerator":
+                raise JobError("accelerator not given", "override accelerator",
+                               "pass -e accelerator=cpu or cuda (the playbook sets it from the inventory)")
+            raise JobError(f"preset lacks {key}", shown, f"add `{key}:` to the preset")
+
+    job["model"] = model
+    _resolve_precision(job, origin)
+    validate(job, origin)
+    if job["run_name"] is None:
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        job["run_name"] = f"{model}-{size}-{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
+    job["data_key"] = data_key(job)
+    return _ordered(job)
+
+
+def _ordered(job):
+    order = ("run_name", "model", "model_size", "data_key", *FIXED_KEYS, *SCHEMA)
+    return {key: job[key] for key in dict.fromkeys(order) if key in job}
+
+
+def _resolve_precision(job, origin):
+    prec = job["precision"]
+    if prec not in CHOICES["precision"]:
+        raise JobError(f"precision must be one of {', '.join(CHOICES['precision'])}, got {prec!r}",
+                       origin.get("precision", "precision"), "use auto (bf16 on cuda, fp32 on cpu)")
+    if prec == "auto" and job.get("accelerator") in CHOICES["accelerator"]:
+        job["precision"] = "bf16" if job["accelerator"] == "cuda" else "fp32"
+
+
+def data_key(job):
+    """Short stable hash (16 hex chars) of everything that determines the prepared data (DATA_KEY_FIELDS).
+
+    Changes with max_seq_length, the tokenizer settings, dataset_path (normalised), task or model family; not with
+    training hyper-parameters such as max_steps or learning_rate. The playbook names the artifact dir after it.
+    """
+    fields = {key: job.get(key) for key in DATA_KEY_FIELDS}
+    for key in ("dataset_path", "tokenizer_path"):
+        if fields[key] is not None:
+            fields[key] = os.path.normpath(fields[key])
+    fields["format"] = DATA_FORMAT_VERSION
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------- validate
+
+
+def validate(job, origin=None):
+    """Check types, choices, ranges and cross-key rules of a resolved job; return None or raise JobError.
+
+    `origin` maps a key to where its value came from (for the message); defaults to the key name.
+    """
+    origin = origin or {}
+
+    def where(key):
+        return origin.get(key, key)
+
+    def fail(key, what, fix):
+        raise JobError(what, where(key), fix)
+
+    for key, (kind, nullable) in SCHEMA.items():
+        if key not in job:
+            fail(key, f"missing job key {key}", "re-run `python -m train.job resolve`")
+        if not _is_kind(job[key], kind, nullable):
+            fail(key, f"{key} must be {_KIND_WORDS[kind]}{' or null' if nullable else ''}, got {job[key]!r}",
+                 f"give {key} {_EXAMPLES[kind]}")
+    for key in FIXED_KEYS + ("precision", "accelerator", "offload_optimizer"):
+        if key in CHOICES and job.get(key) not in CHOICES[key]:
+            fail(key, f"{key} must be one of {', '.join(CHOICES[key])}, got {job.get(key)!r}",
+                 f"set {key} to one of: {', '.join(CHOICES[key])}")
+    if not isinstance(job.get("model_type"), str) or not job["model_type"]:
+        fail("model_type", "model_type must be a transformers model type such as bert", "fix the preset")
+
+    def at_least(key, low, fix=None):
+        value = job[key]
+        if value is not None and value < low:
+            fail(key, f"{key} must be >= {low}, got {value}", fix or f"set {key} to {low} or more")
+
+    def positive(key):
+        if job[key] <= 0:
+            fail(key, f"{key} must be > 0, got {job[key]}", f"set {key} to a positive number")
+
+    at_least("max_steps", 1, "set max_steps to a positive number of optimizer steps")
+    positive("learning_rate")
+    at_least("per_device_train_batch_size", 1)
+    at_least("gradient_accumulation_steps", 1)
+    at_least("train_batch_size", 1, "set train_batch_size to a positive number or null")
+    at_least("vocab_size", 512)
+    at_least("max_seq_length", 8)
+    at_least("weight_decay", 0.0)
+    positive("adam_epsilon")
+    at_least("max_grad_norm", 0.0)
+    at_least("warmup_steps", 0, "set warmup_steps to 0 (no warm-up) or more")
+    at_least("save_steps", 1)
+    at_least("logging_steps", 1)
+    at_least("save_total_limit", 1, "set save_total_limit to 1 or more, or null to keep every checkpoint")
+    at_least("seed", 0)
+    at_least("dataloader_num_workers", 0)
+    for key in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= job[key] < 1.0:
+            fail(key, f"{key} must be in [0, 1), got {job[key]}", f"set {key} to e.g. 0.9")
+    if not 0 <= job["zero_stage"] <= 3:
+        fail("zero_stage", f"zero_stage must be 0, 1, 2 or 3, got {job['zero_stage']}",
+             "pick a stage that has a templates/deepspeed/zero<N>.json")
+    if job["warmup_steps"] > job["max_steps"]:
+        fail("warmup_steps", f"warmup_steps {job['warmup_steps']} exceeds max_steps {job['max_steps']}: the "
+             "learning rate would never reach its peak",
+             f"set -e warmup_steps=<= {job['max_steps']} (e.g. {job['max_steps'] // 10}) or raise max_steps")
+    if job["task"] == "mlm":
+        prob = job["mlm_probability"]
+        if prob is None or not 0.0 < prob < 1.0:
+            fail("mlm_probability", f"mlm_probability must be in (0, 1) for task mlm, got {prob}",
+                 "set mlm_probability to e.g. 0.15")
+    elif job["mlm_probability"] is not None:
+        fail("mlm_probability", f"mlm_probability applies to masked LM only; {job['model_type']} is causal (clm)",
+             "drop mlm_probability (or set it to null)")
+    if job["precision"] in ("fp16", "bf16") and job["accelerator"] != "cuda":
+        fail("precision", f"precision {job['precision']} needs accelerator cuda, the inventory says "
+             f"{job['accelerator']}", "use precision auto or fp32 on cpu")
+    if job["offload_optimizer"] != "none" and job["zero_stage"] == 0:
+        fail("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0",
+             "set -e zero_stage=2 or -e offload_optimizer=none")
+    if job["run_name"] is not None and not _RUN_NAME_RE.match(job["run_name"]):
+        fail("run_name", f"run_name {job['run_name']!r} is not a safe directory name",
+             "use letters, digits, '.', '_' and '-' (up to 100, starting with a letter or digit)")
+    _validate_model_config(job, where)
+
+
+def _is_kind(value, kind, nullable):
+    if value is None:
+        return nullable
+    if kind == "float":
+        return isinstance(value, float)
+    return type(value) is {"int": int, "bool": bool, "str": str, "dict": dict}[kind] and value != ""
+
+
+def _validate_model_config(job, where):
+    config = job["model_config"]
+    for field, value in config.items():
+        if isinstance(value, (dict, list)):
+            raise JobError(f"model_config.{field} must be a scalar, got {value!r}", where("model_config"),
+                           "give model_config fields as numbers, strings, booleans or null")
+    family = FAMILIES.get(job["model_type"])
+    if family is None:
+        return
+    positions = config.get(family["positions"])
+    if isinstance(positions, int) and not isinstance(positions, bool):
+        usable = positions - family["offset"]
+        if job["max_seq_length"] > usable:
+            raise JobError(f"max_seq_length {job['max_seq_length']} exceeds the {usable} usable positions of "
+                           f"model_config.{family['positions']}={positions}",
+                           where("max_seq_length"),
+                           f"set -e max_seq_length=<= {usable} or raise model_config.{family['positions']}")
+    hidden, heads = config.get(family["hidden"]), config.get(family["heads"])
+    if isinstance(hidden, int) and isinstance(heads, int) and (heads < 1 or hidden % heads):
+        raise JobError(f"model_config.{family['hidden']} {hidden} is not divisible by "
+                       f"model_config.{family['heads']} {heads}", where("model_config"),
+                       "pick a head count that divides the hidden size")
+
+
+def load_job(path):
+    """Read a job JSON written by `resolve` and validate it again (it may have been edited by hand).
+
+    Returns the job dict. Raises JobError when the file is unreadable, has unknown or missing keys, fails
+    validation, or its data_key no longer matches its data fields.
+    """
+    shown = str(path)
+    try:
+        job = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise JobError(f"cannot read job file: {' '.join(str(exc).split())}", shown,
+                       "write it with `python -m train.job resolve`") from None
+    if not isinstance(job, dict):
+        raise JobError("job file is not a JSON object", shown, "write it with `python -m train.job resolve`")
+    known = set(DERIVED_KEYS) | set(FIXED_KEYS) | set(SCHEMA)
+    for key in job:
+        if key not in known:
+            raise JobError(f"unknown job key {key!r}", shown, f"job keys: {', '.join(sorted(known))}")
+    for key in (*DERIVED_KEYS, *FIXED_KEYS):
+        if key not in job:
+            raise JobError(f"missing job key {key}", shown, "re-run `python -m train.job resolve`")
+    origin = {key: f"{shown}: {key}" for key in job}
+    _resolve_precision(job, origin)
+    validate(job, origin)
+    if job["data_key"] != data_key(job):
+        raise JobError("data_key does not match the job's data settings (edited by hand?)", f"{shown}: data_key",
+                       "re-run `python -m train.job resolve` instead of editing the job file")
+    return job
+
+
+# --------------------------------------------------------------------------------------------------- argv
+
+
+def argv(job, dataset_dir, output_dir, deepspeed):
+    """Command-line arguments (list of str) for train/pretrain.py's HfArgumentParser, per the contract.
+
+    `dataset_dir` is the staged artifact dir (tokenizer/ + dataset/), `output_dir` the run dir, `deepspeed` the
+    rendered DeepSpeed config path. --bf16/--fp16 appear only when the job's precision asks for them.
+    """
+    config = dict(job["model_config"])
+    config["vocab_size"] = job["vocab_size"]
+    args = ["--task", job["task"], "--model_type", job["model_type"],
+            "--config_overrides", json.dumps(config, separators=(",", ":"))]
+    if job["model_name_or_path"] is not None:
+        args += ["--model_name_or_path", job["model_name_or_path"]]
+    args += ["--dataset_dir", str(dataset_dir)]
+    if job["task"] == "mlm":
+        args += ["--mlm_probability", _num(job["mlm_probability"])]
+    args += ["--output_dir", str(output_dir), "--deepspeed", str(deepspeed)]
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay",
+                "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "warmup_steps", "max_steps",
+                "save_steps", "logging_steps", "save_total_limit", "seed"):
+        if job[key] is not None:
+            args += [f"--{key}", _num(job[key])]
+    if job["precision"] in ("bf16", "fp16"):
+        args += [f"--{job['precision']}", "true"]
+    args += ["--report_to", "none", "--dataloader_num_workers", str(job["dataloader_num_workers"]),
+             "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true"]
+    return args
+
+
+def _num(value):
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+# --------------------------------------------------------------------------------------------------- files
+
+
+def write_json_atomic(path, obj):
+    """Write `obj` as indented JSON to `path` atomically: a temp file in the same dir, fsync, os.replace.
+
+    Readers see the old file or the new one, never half of one. The file gets mode 0644. Raises OSError.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(obj, handle, indent=2)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def summary(job, out=None):
+    """One line describing a resolved job (what `resolve` prints)."""
+    accum = f" x accum {job['gradient_accumulation_steps']}" if job["gradient_accumulation_steps"] > 1 else ""
+    line = (f"job {job['run_name']}: {job['model']}/{job['model_size']} {job['task']} {job['max_steps']} steps, "
+            f"micro {job['per_device_train_batch_size']}{accum}, seq {job['max_seq_length']}, "
+            f"lr {job['learning_rate']:g}, warm-up {job['warmup_steps']}, zero {job['zero_stage']}, "
+            f"{job['precision']} on {job['accelerator']}, data_key {job['data_key']}")
+    return f"{line} -> {out}" if out else line
+
+
+# --------------------------------------------------------------------------------------------------- CLI
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line with exit status 2 like every other user mistake."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (command line); see `python -m train.job --help`\n")
+
+
+def _parser():
+    parser = _Parser(prog="python -m train.job", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("keys", help="print the JSON list of keys a user may override with -e key=value")
+    res = sub.add_parser("resolve", help="preset + size + overrides -> validated job JSON (atomic write)")
+    res.add_argument("--model", help=f"preset name (train/presets/<model>.yml): {', '.join(available_models())}")
+    res.add_argument("--overrides", default="{}", help="JSON object of overrides; string values are coerced")
+    res.add_argument("--out", required=True, help="job JSON to write")
+    arg = sub.add_parser("argv", help="print the JSON list of train/pretrain.py arguments for a job")
+    arg.add_argument("job", help="job JSON written by resolve")
+    arg.add_argument("--dataset-dir", required=True)
+    arg.add_argument("--output-dir", required=True)
+    arg.add_argument("--deepspeed", required=True)
+    return parser
+
+
+def main(args=None):
+    """CLI entry point; returns the exit status (0 ok, 2 user mistake with one line on stderr)."""
+    opts = _parser().parse_args(args)
+    try:
+        if opts.command == "keys":
+            print(json.dumps(override_keys()))
+        elif opts.command == "resolve":
+            try:
+                overrides = json.loads(opts.overrides)
+            except ValueError as exc:
+                raise JobError(f"--overrides is not valid JSON ({exc})", "command line",
+                               """pass a JSON object, e.g. '{"max_steps": 100}'""") from None
+            if not isinstance(overrides, dict):
+                raise JobError("--overrides must be a JSON object", "command line",
+                               """pass e.g. '{"max_steps": 100}'""")
+            job = resolve(opts.model, overrides)
+            try:
+                write_json_atomic(opts.out, job)
+            except OSError as exc:
+                raise JobError(f"cannot write job file: {exc.strerror or exc}", opts.out,
+                               "check that its directory exists and is writable") from None
+            print(summary(job, opts.out))
+        elif opts.command == "argv":
+            job = load_job(opts.job)
+            print(json.dumps(argv(job, opts.dataset_dir, opts.output_dir, opts.deepspeed)))
+    except JobError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+"""Tests for train/job.py: presets, `-e` coercion, validation messages, data_key, argv, atomic writes, CLI."""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from train import job as J
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+TINY_CPU = {"model_size": "tiny", "accelerator": "cpu"}
+
+
+def run_cli(*args, module="train.job"):
+    """Run `python -m <module> ARGS` from the repo root, as the playbook does."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+# ------------------------------------------------------------------------------------------------ presets
+
+
+def test_bert_base_carries_the_blogs_numbers():
+    job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW)
+    expected = {
+        "task": "mlm", "model_type": "bert", "tokenizer_type": "wordpiece", "vocab_size": 30522,
+        "lowercase": True, "max_seq_length": 512, "per_device_train_batch_size": 16, "learning_rate": 2e-4,
+        "weight_decay": 0.01, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-6,
+        "warmup_steps": 10000, "save_steps": 100, "logging_steps": 100, "save_total_limit": 2,
+        "max_steps": 50000, "zero_stage": 2, "dataloader_num_workers": 2, "gradient_accumulation_steps": 1,
+        "mlm_probability": 0.15, "precision": "bf16", "offload_optimizer": "none",
+    }
+    assert {key: job[key] for key in expected} == expected
+    for key in ("learning_rate", "adam_epsilon", "weight_decay"):
+        assert type(job[key]) is float, key  # YAML 1.1 reads `2e-4` as a string: the preset must not
+    config = job["model_config"]
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["intermediate_size"], config["max_position_embeddings"]) == (768, 12, 12, 3072, 512)
+
+
+def test_presets_are_the_only_source_of_numbers():
+    """Every number of bert base comes from the YAML file, not from job.py defaults."""
+    raw = yaml.safe_load((J.PRESETS_DIR / "bert.yml").read_text())
+    job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW)
+    for key, value in raw.items():
+        if key != "sizes" and value is not None and key not in ("precision",):
+            assert job[key] == value, key
+    assert not [v for v in J.DEFAULTS.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+@pytest.mark.parametrize("model,task,tokenizer", [("bert", "mlm", "wordpiece"), ("roberta", "mlm", "byte_bpe"),
+                                                  ("gpt2", "clm", "byte_bpe")])
+def test_every_preset_resolves_in_every_size(model, task, tokenizer):
+    base = J.resolve(model, {"accelerator": "cuda"}, now=NOW)
+    tiny = J.resolve(model, TINY_CPU, now=NOW)
+    assert (base["task"], base["tokenizer_type"]) == (task, tokenizer)
+    assert base["model_size"] == "base" and tiny["model_size"] == "tiny"
+    # tiny: small enough for 2 CPU cores x 2 ranks in ~2 minutes, big enough for the loss to fall clearly
+    family = J.FAMILIES[tiny["model_type"]]
+    assert tiny["model_config"][family["hidden"]] == 128
+    assert tiny["model_config"][family["heads"]] == 2
+    assert tiny["vocab_size"] == 8000 and tiny["max_seq_length"] == 128
+    assert tiny["per_device_train_batch_size"] == 8
+    assert 150 <= tiny["max_steps"] <= 200
+    assert tiny["warmup_steps"] == tiny["max_steps"] // 10
+    assert 5 <= tiny["logging_steps"] <= 10
+    assert tiny["max_steps"] // tiny["save_steps"] >= 1  # checkpointing is still exercised
+    assert tiny["precision"] == "fp32" and base["precision"] == "bf16"
+
+
+def test_roberta_positions_leave_room_for_the_padding_offset():
+    for size in ("base", "tiny"):
+        job = J.resolve("roberta", {"model_size": size, "accelerator": "cuda"}, now=NOW)
+        assert job["model_config"]["max_position_embeddings"] == job["max_seq_length"] + 2
+
+
+def test_model_config_override_merges_into_the_size():
+    job = J.resolve("bert", {**TINY_CPU, "model_config": '{"num_hidden_layers": 4}'}, now=NOW)
+    assert job["model_config"]["num_hidden_layers"] == 4
+    assert job["model_config"]["hidden_size"] == 128
+
+
+# ------------------------------------------------------------------------------------------------ coercion
+
+
+@pytest.mark.parametrize("key,given,expected", [
+    ("max_steps", "100", 100), ("max_steps", " 100 ", 100), ("max_steps", "5e4", 50000), ("max_steps", 7.0, 7),
+    ("learning_rate", "2e-4", 2e-4), ("learning_rate", 1, 1.0), ("adam_epsilon", "1e-06", 1e-6),
+    ("lowercase", "false", False), ("lowercase", "no", False), ("lowercase", "False", False),
+    ("lowercase", "yes", True), ("lowercase", "true", True), ("lowercase", 1, True),
+    ("save_total_limit", "null", None), ("save_total_limit", "none", None), ("save_total_limit", "3", 3),
+    ("dataset_path", "", None), ("offload_optimizer", "none", "none"),
+    ("model_config", '{"n_layer": 4}', {"n_layer": 4}),
+])
+def test_coerce_accepts_ansible_strings(key, given, expected):
+    value = J.coerce(key, given, f"override {key}")
+    assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize("key,given", [
+    ("max_steps", "1.5"), ("max_steps", "ten"), ("max_steps", True), ("max_steps", None), ("learning_rate", "fast"),
+    ("learning_rate", "nan"), ("learning_rate", False), ("lowercase", "maybe"), ("lowercase", 2),
+    ("model_config", "[1, 2]"), ("model_config", "{oops"), ("dataset_path", 5), ("offload_optimizer", None),
+])
+def test_coerce_refuses_what_it_cannot_convert(key, given):
+    with pytest.raises(J.JobError) as err:
+        J.coerce(key, given, f"override {key}")
+    assert key in str(err.value) and "override" in str(err.value)
+
+
+def test_resolve_coerces_e_style_strings():
+    job = J.resolve("bert", {**TINY_CPU, "max_steps": "150", "learning_rate": "2e-4", "lowercase": "no",
+                             "save_total_limit": "null", "zero_stage": "3", "warmup_steps": "0"}, now=NOW)
+    assert (job["max_steps"], job["learning_rate"], job["lowercase"], job["save_total_limit"],
+            job["zero_stage"], job["warmup_steps"]) == (150, 2e-4, False, None, 3, 0)
+    assert type(job["max_steps"]) is int and type(job["learning_rate"]) is float
+
+
+# ------------------------------------------------------------------------------------------------ CLI errors
+
+
+@pytest.mark.parametrize("model,overrides,message", [
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "max_steps": "-5"}, "max_steps must be >= 1"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "max_steps": "0"}, "max_steps must be >= 1"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "max_steps": "lots"}, "max_steps must be an integer"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "learning_rate": "0"}, "learning_rate must be > 0"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "per_device_train_batch_size": "0"},
+     "per_device_train_batch_size must be >= 1"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "zero_stage": "4"}, "zero_stage must be 0, 1, 2 or 3"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "lowercase": "maybe"}, "lowercase must be a boolean"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "dataset_path": 12}, "dataset_path must be a non-empty"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "precision": "bf16"}, "precision bf16 needs accelerator"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "precision": "fp8"}, "precision must be one of"),
+    ("bert", {"model_size": "tiny", "accelerator": "gpu"}, "accelerator must be one of cpu, cuda"),
+    ("bert", {"model_size": "tiny"}, "accelerator not given"),
+    ("bert", {"model_size": "huge", "accelerator": "cpu"}, "unknown model_size 'huge'"),
+    ("bert", {"accelerator": "cpu", "lr": "1e-3"}, "unknown override key 'lr'"),
+    ("bert", {"accelerator": "cpu", "task": "clm"}, "task is fixed by the preset"),
+    ("bert", {"accelerator": "cpu", "max_seq_length": "1024"}, "max_seq_length 1024 exceeds the 512"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "warmup_steps": "500"}, "warmup_steps 500 exceeds"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "offload_optimizer": "cpu", "zero_stage": 0},
+     "offload_optimizer needs ZeRO stage"),
+    ("bert", {"model_size": "tiny", "accelerator": "cpu", "run_name": "../etc"}, "not a safe directory name"),
+    ("gpt2", {"model_size": "tiny", "accelerator": "cpu", "mlm_probability": "0.2"}, "applies to masked LM only"),
+    ("xlnet", {"accelerator": "cpu"}, "unknown model 'xlnet'"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, model, overrides, message):
+    out = tmp_path / "job.json"
+    result = run_cli("resolve", "--model", model, "--overrides", json.dumps(overrides), "--out", str(out))
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert message in lines[0]
+    assert " (" in lines[0] and "); " in lines[0]  # error: <what> (<where>); <fix>
+    assert not out.exists()
+
+
+def test_unknown_things_are_listed():
+    err = run_cli("resolve", "--model", "xlnet", "--out", "/tmp/never.json").stderr
+    assert "bert, gpt2, roberta" in err
+    err = run_cli("resolve", "--model", "bert", "--overrides", '{"model_size": "huge", "accelerator": "cpu"}',
+                  "--out", "/tmp/never.json").stderr
+    assert "base, tiny" in err and "train/presets/bert.yml" in err
+    err = run_cli("resolve", "--model", "bert", "--overrides", '{"lr": 1}', "--out", "/tmp/never.json").stderr
+    assert "learning_rate" in err and "max_steps" in err
+
+
+@pytest.mark.parametrize("args", [
+    ["resolve", "--model", "bert", "--overrides", "{not json", "--out", "/tmp/never.json"],
+    ["resolve", "--model", "bert", "--overrides", "[1]", "--out", "/tmp/never.json"],
+    ["resolve", "--model", "bert"],
+    ["frobnicate"],
+    ["argv", "/nonexistent/job.json", "--dataset-dir", "d", "--output-dir", "o", "--deepspeed", "c"],
+])
+def test_cli_misuse_exits_2_with_one_line(args):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_preset_mistakes_name_the_preset_file(tmp_path):
+    text = (J.PRESETS_DIR / "bert.yml").read_text().replace("max_steps: 50000", "max_steps: lots")
+    (tmp_path / "bert.yml").write_text(text)
+    with pytest.raises(J.JobError) as err:
+        J.resolve("bert", {"accelerator": "cuda"}, presets_dir=tmp_path)
+    assert "max_steps" in str(err.value) and "bert.yml: max_steps" in str(err.value)
+    (tmp_path / "bert.yml").write_text(text.replace("max_steps: lots", "max_step: 5"))
+    with pytest.raises(J.JobError, match="unknown preset key 'max_step'"):
+        J.resolve("bert", {"accelerator": "cuda"}, presets_dir=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ resolve
+
+
+def test_cli_keys_lists_overridable_keys():
+    result = run_cli("keys")
+    assert result.returncode == 0
+    keys = json.loads(result.stdout)
+    assert keys == J.override_keys()
+    assert {"model", "model_size", "max_steps", "learning_rate", "accelerator", "dataset_path"} <= set(keys)
+    assert not set(keys) & {"task", "model_type", "tokenizer_type", "data_key"}
+
+
+def test_cli_resolve_is_deterministic_except_run_name(tmp_path):
+    files = []
+    for name in ("a.json", "b.json"):
+        out = tmp_path / name
+        result = run_cli("resolve", "--model", "bert", "--overrides", json.dumps(TINY_CPU), "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        assert len(result.stdout.splitlines()) == 1 and "data_key" in result.stdout and str(out) in result.stdout
+        files.append(json.loads(out.read_text()))
+    first, second = files
+    assert first["run_name"].startswith("bert-tiny-")
+    first.pop("run_name"), second.pop("run_name")
+    assert first == second
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]  # no temp files left behind
+
+
+def test_resolve_is_deterministic_and_run_name_is_utc_timestamped():
+    later = NOW + datetime.timedelta(hours=5)
+    first, second = J.resolve("gpt2", TINY_CPU, now=NOW), J.resolve("gpt2", TINY_CPU, now=later)
+    assert first["run_name"] == "gpt2-tiny-20250102T030405Z"
+    assert second["run_name"] == "gpt2-tiny-20250102T080405Z"
+    assert {**first, "run_name": None} == {**second, "run_name": None}
+    named = J.resolve("gpt2", {**TINY_CPU, "run_name": "smoke-1"}, now=NOW)
+    assert named["run_name"] == "smoke-1"
+
+
+def test_data_key_follows_the_data_not_the_training():
+    key = J.resolve("bert", TINY_CPU, now=NOW)["data_key"]
+    assert len(key) == 16 and int(key, 16) >= 0
+    assert J.resolve("bert", TINY_CPU, now=NOW + datetime.timedelta(days=1))["data_key"] == key
+    for same in ({"max_steps": 100}, {"learning_rate": 5e-4}, {"run_name": "x"}, {"seed": 7}, {"zero_stage": 3},
+                 {"mlm_probability": 0.2}, {"per_device_train_batch_size": 4}, {"dataset_path": None}):
+        assert J.resolve("bert", {**TINY_CPU, **same}, now=NOW)["data_key"] == key, same
+    for different in ({"max_seq_length": 64}, {"vocab_size": 4000}, {"lowercase": False},
+                      {"dataset_path": "/data/corpus"}, {"tokenizer_path": "/data/tok"}, {"text_column": "body"}):
+        assert J.resolve("bert", {**TINY_CPU, **different}, now=NOW)["data_key"] != key, different
+    assert J.resolve("roberta", TINY_CPU, now=NOW)["data_key"] != key
+    slash = J.resolve("bert", {**TINY_CPU, "dataset_path": "/data/corpus/"}, now=NOW)["data_key"]
+    assert slash == J.resolve("bert", {**TINY_CPU, "dataset_path": "/data/corpus"}, now=NOW)["data_key"]
+
+
+def test_load_job_rejects_hand_edits(tmp_path):
+    job = J.resolve("bert", TINY_CPU, now=NOW)
+    path = tmp_path / "job.json"
+    J.write_json_atomic(path, job)
+    assert J.load_job(path) == job
+    J.write_json_atomic(path, {**job, "max_seq_length": 64})
+    with pytest.raises(J.JobError, match="data_key does not match"):
+        J.load_job(path)
+    J.write_json_atomic(path, {**job, "extra": 1})
+    with pytest.raises(J.JobError, match="unknown job key 'extra'"):
+        J.load_job(path)
+    J.write_json_atomic(path, {**job, "max_steps": "100"})
+    with pytest.raises(J.JobError, match="max_steps must be an integer"):
+        J.load_job(path)
+
+
+# ------------------------------------------------------------------------------------------------ argv
+
+CONTRACT_FLAGS = {
+    "--task", "--model_type", "--config_overrides", "--model_name_or_path", "--dataset_dir", "--mlm_probability",
+    "--output_dir", "--deepspeed", "--per_device_train_batch_size", "--gradient_accumulation_steps",
+    "--learning_rate", "--weight_decay", "--adam_beta1", "--adam_beta2", "--adam_epsilon", "--max_grad_norm",
+    "--warmup_steps", "--max_steps", "--save_steps", "--logging_steps", "--save_total_limit", "--seed", "--bf16",
+    "--fp16", "--report_to", "--dataloader_num_workers", "--lr_scheduler_type", "--save_strategy",
+    "--logging_first_step",
+}
+
+
+def _flags(args):
+    assert len(args) % 2 == 0 and all(isinstance(a, str) for a in args)
+    return dict(zip(args[::2], args[1::2], strict=True))
+
+
+def test_argv_for_bert_base_on_cuda():
+    flags = _flags(J.argv(J.resolve("bert", {"accelerator": "cuda"}, now=NOW), "/d", "/o", "/c.json"))
+    assert set(flags) <= CONTRACT_FLAGS
+    assert flags["--bf16"] == "true" and "--fp16" not in flags
+    assert (flags["--dataset_dir"], flags["--output_dir"], flags["--deepspeed"]) == ("/d", "/o", "/c.json")
+    assert flags["--learning_rate"] == "0.0002" and flags["--adam_epsilon"] == "1e-06"
+    assert flags["--max_steps"] == "50000" and flags["--warmup_steps"] == "10000"
+    assert flags["--mlm_probability"] == "0.15" and flags["--lr_scheduler_type"] == "linear"
+    assert flags["--dataloader_num_workers"] == "2" and flags["--report_to"] == "none"
+    config = json.loads(flags["--config_overrides"])
+    assert config["vocab_size"] == 30522 and config["hidden_size"] == 768
+    assert "--model_name_or_path" not in flags
+
+
+def test_argv_for_gpt2_tiny_on_cpu():
+    job = J.resolve("gpt2", {**TINY_CPU, "save_total_limit": "null", "model_name_or_path": "/m"}, now=NOW)
+    flags = _flags(J.argv(job, "/d", "/o", "/c.json"))
+    assert set(flags) <= CONTRACT_FLAGS
+    assert "--bf16" not in flags and "--fp16" not in flags and "--mlm_probability" not in flags
+    assert "--save_total_limit" not in flags and flags["--model_name_or_path"] == "/m"
+    assert flags["--task"] == "clm" and json.loads(flags["--config_overrides"])["n_embd"] == 128
+
+
+def test_cli_argv(tmp_path):
+    path = tmp_path / "job.json"
+    J.write_json_atomic(path, J.resolve("bert", TINY_CPU, now=NOW))
+    result = run_cli("argv", str(path), "--dataset-dir", "/d", "--output-dir", "/o", "--deepspeed", "/c.json")
+    assert result.returncode == 0, result.stderr
+    assert _flags(json.loads(result.stdout))["--max_steps"] == str(J.load_job(path)["max_steps"])
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def test_write_json_atomic_replaces_whole_files_only(tmp_path):
+    path = tmp_path / "job.json"
+    J.write_json_atomic(path, {"a": 1})
+    J.write_json_atomic(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 2}
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+    with pytest.raises(TypeError):
+        J.write_json_atomic(path, {"a": object()})  # fails half-way through serialising
+    assert json.loads(path.read_text()) == {"a": 2}
+    assert os.listdir(tmp_path) == ["job.json"]
+
+
+def test_controller_modules_do_not_import_torch():
+    code = ("import sys, train, train.job, train.dsconfig; "
+            "heavy = {m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'deepspeed', 'numpy'}; "
+            "assert not heavy, heavy")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
