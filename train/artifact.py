@@ -1,0 +1,101 @@
+"""A prepared-data artifact directory: MANIFEST (sha256 of every file, written last) and atomic publishing.
+
+Layout (see the contract): ARTIFACT/tokenizer/, ARTIFACT/dataset/, ARTIFACT/prepare.json, ARTIFACT/MANIFEST.
+MANIFEST has one line per file, ``<sha256>  <relative path>`` (sha256sum's format, so ``sha256sum -c MANIFEST``
+works inside the directory), sorted by path, MANIFEST itself excluded.
+
+An artifact is built in a temporary directory beside its final place and moved there with os.replace, so a reader
+never sees a half-written one: either the old artifact, or the complete new one.
+
+Stdlib only, so the Ansible controller or a staging check can use it without the training venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+MANIFEST = "MANIFEST"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(root: Path) -> list[str]:
+    out = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            rel = (Path(dirpath) / name).relative_to(root).as_posix()
+            if rel != MANIFEST:
+                out.append(rel)
+    return sorted(out)
+
+
+def write_manifest(root: Path) -> Path:
+    """Hash every file under root and write root/MANIFEST (call this last)."""
+    root = Path(root)
+    lines = [f"{sha256_file(root / rel)}  {rel}\n" for rel in _files(root)]
+    tmp = root / (MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / MANIFEST)
+    return root / MANIFEST
+
+
+def verify(root: Path) -> tuple[bool, str]:
+    """(ok, reason). ok only when MANIFEST exists, every listed file has its hash, and no file is unlisted."""
+    root = Path(root)
+    manifest = root / MANIFEST
+    if not root.is_dir():
+        return False, f"{root} is not a directory"
+    if not manifest.is_file():
+        return False, f"{manifest} is missing (artifact incomplete)"
+    listed: dict[str, str] = {}
+    for n, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), 1):
+        digest, sep, rel = line.partition("  ")
+        if not sep or len(digest) != 64 or not rel:
+            return False, f"{manifest} line {n} is malformed"
+        listed[rel] = digest
+    present = set(_files(root))
+    extra = sorted(present - set(listed))
+    if extra:
+        return False, f"file not in MANIFEST: {extra[0]}" + (f" (+{len(extra) - 1} more)" if len(extra) > 1 else "")
+    for rel, digest in listed.items():
+        path = root / rel
+        if rel not in present:
+            return False, f"file listed in MANIFEST is missing: {rel}"
+        if sha256_file(path) != digest:
+            return False, f"sha256 mismatch: {rel}"
+    return True, f"{len(listed)} files verified"
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh temporary directory beside ``final`` (same filesystem, so os.replace is atomic)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    os.chmod(staged, 0o755)  # mkdtemp makes it 0700; the artifact is read by the training user on every node
+    return staged
+
+
+def publish(staged: Path, final: Path) -> None:
+    """Move a complete staged artifact into place, replacing an old one (moved aside first, then removed)."""
+    staged, final = Path(staged), Path(final)
+    old = None
+    if final.exists() or final.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+        os.replace(final, old / final.name)
+    os.replace(staged, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

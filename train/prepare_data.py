@@ -1,0 +1,442 @@
+"""Prepare a training data artifact once, on the head node: raw text -> tokenizer + tokenized, grouped blocks.
+
+    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force]
+    python -m train.prepare_data --verify ARTIFACT_DIR
+
+Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
+
+1. read the job's raw text (train/corpus.py: the stdlib's pydoc topics by default, a text file, a directory of
+   .txt files, or a ``datasets`` save_to_disk directory) into an Arrow table;
+2. tokenizer: loaded from the job's ``tokenizer_path`` when that is a local directory, otherwise trained on the corpus
+   with the ``tokenizers`` library -- WordPiece with BERT's specials and post-processor, or byte-level BPE with
+   RoBERTa's (task mlm) or GPT-2's (task clm) specials -- and saved as a PreTrainedTokenizerFast;
+3. tokenize every document (``datasets.map``), concatenate and cut into blocks of ``max_seq_length`` (run_mlm.py's
+   ``group_texts``; each batch of 1000 documents drops its remainder);
+4. ``save_to_disk``, then ``prepare.json`` and ``MANIFEST`` (written last).
+
+Everything is written into a temporary directory beside ARTIFACT_DIR and moved into place at the end
+(train/artifact.py). When ARTIFACT_DIR's MANIFEST verifies and its prepare.json records the same data settings and
+source fingerprint, nothing is done and the last line says ``up to date``.
+
+Job keys read (train/job.py's names): task, tokenizer_type (wordpiece | byte_bpe), vocab_size, lowercase,
+tokenizer_path, dataset_path, max_seq_length, and text_column when present (default "text": the column of a saved
+dataset). A nested ``tokenizer: {kind, name_or_path, vocab_size, lowercase}`` is accepted too.
+Exit status: 0 done / up to date / verified; 1 verification failed; 2 bad input (one line ``error: ...; fix``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from train import artifact, corpus
+from train.corpus import DataError
+
+FORMAT_VERSION = 1
+MAP_BATCH = 1000  # documents per datasets.map batch (and per group_texts window, as in run_mlm.py)
+WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+GPT2_SPECIALS = ["<|endoftext|>", "<pad>"]
+
+_T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    print(f"prepare [{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------------------ job
+def load_job(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            job = json.load(f)
+    except FileNotFoundError:
+        raise DataError(f"job file {path} not found; write it with `python -m train.job resolve ... --out {path}`")
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"cannot read job file {path} ({e}); re-create it with `python -m train.job resolve`")
+    if not isinstance(job, dict):
+        raise DataError(f"job file {path} is not a JSON object; re-create it with `python -m train.job resolve`")
+    return job
+
+
+def data_settings(job: dict) -> dict:
+    """The job keys that decide the artifact's content, validated and normalised.
+
+    Reads train/job.py's flat keys (task, tokenizer_type, vocab_size, lowercase, tokenizer_path, dataset_path,
+    max_seq_length, optional text_column); a nested ``tokenizer: {kind, name_or_path, vocab_size, lowercase}``
+    mapping is accepted in place of the four tokenizer keys.
+    """
+
+    def need(key, value, ok, what):
+        if not ok:
+            raise DataError(f"job key {key}={value!r} is invalid: {what}; fix it with -e {key}=...")
+        return value
+
+    nested = job.get("tokenizer")
+    if isinstance(nested, dict):
+        kind, name_or_path = nested.get("kind"), nested.get("name_or_path")
+        vocab, lowercase = nested.get("vocab_size"), nested.get("lowercase", False)
+        kind_key = "tokenizer.kind"
+    else:
+        kind, name_or_path = job.get("tokenizer_type"), job.get("tokenizer_path")
+        vocab, lowercase = job.get("vocab_size"), job.get("lowercase", False)
+        kind_key = "tokenizer_type"
+    task = need("task", job.get("task"), job.get("task") in ("mlm", "clm"), "must be mlm or clm")
+    kind = {"byte_bpe": "bpe"}.get(kind, kind)
+    need(kind_key, kind, kind in ("wordpiece", "bpe"), "must be wordpiece or byte_bpe")
+    if name_or_path in (None, ""):
+        name_or_path = None
+        need("vocab_size", vocab, isinstance(vocab, int) and not isinstance(vocab, bool) and vocab >= 100,
+             "an integer >= 100 is needed to train a tokenizer")
+        if kind == "bpe":
+            specials = ROBERTA_SPECIALS if task == "mlm" else GPT2_SPECIALS
+            need("vocab_size", vocab, vocab > 256 + len(specials),
+                 f"byte-level BPE needs more than {256 + len(specials)} (256 bytes + special tokens)")
+    seq = job.get("max_seq_length")
+    need("max_seq_length", seq, isinstance(seq, int) and not isinstance(seq, bool) and 8 <= seq <= 1_000_000,
+         "an integer >= 8 is needed")
+    column = job.get("text_column") or "text"
+    need("text_column", column, isinstance(column, str), "must be a column name")
+    return {
+        "task": task,
+        "tokenizer": {
+            "kind": kind,
+            "name_or_path": name_or_path,
+            "vocab_size": vocab,
+            "lowercase": bool(lowercase),
+        },
+        "max_seq_length": seq,
+        "dataset_path": job.get("dataset_path"),
+        "text_column": column,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------ tokenizer
+def _train_tokenizer(settings: dict, texts):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    t = settings["tokenizer"]
+    vocab, lowercase, seq = t["vocab_size"], t["lowercase"], settings["max_seq_length"]
+    if t["kind"] == "wordpiece":  # BERT
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab, special_tokens=WORDPIECE_SPECIALS, show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        )
+        specials = {"unk_token": "[UNK]", "pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                    "mask_token": "[MASK]"}
+    else:  # byte-level BPE: RoBERTa specials for mlm, GPT-2's for clm
+        tok = Tokenizer(models.BPE())
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        if settings["task"] == "mlm":
+            special_list = ROBERTA_SPECIALS[:-1] + [AddedToken("<mask>", lstrip=True, special=True)]
+        else:
+            special_list = GPT2_SPECIALS
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab, min_frequency=2, special_tokens=special_list,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        )
+        tok.train_from_iterator(texts, trainer=trainer)
+        if settings["task"] == "mlm":
+            tok.post_processor = processors.RobertaProcessing(
+                ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                trim_offsets=True, add_prefix_space=False,
+            )
+            specials = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+                        "unk_token": "<unk>", "pad_token": "<pad>",
+                        "mask_token": AddedToken("<mask>", lstrip=True, special=True)}
+        else:
+            tok.post_processor = processors.ByteLevel(trim_offsets=False)
+            specials = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+                        "pad_token": "<pad>"}
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=seq, **specials)
+
+
+def _load_tokenizer(settings: dict):
+    from transformers import AutoTokenizer
+
+    path = settings["tokenizer"]["name_or_path"]
+    if not Path(path).is_dir():
+        raise DataError(
+            f"tokenizer_path {path!r} is not a local directory (nothing is downloaded); "
+            "point -e tokenizer_path= at a saved tokenizer directory, or set it to null to train one on the corpus"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - any failure here means the directory is not a usable tokenizer
+        raise DataError(f"cannot load the tokenizer in {path} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+                        "save one there with tokenizer.save_pretrained") from None
+    if settings["task"] == "mlm" and tokenizer.mask_token is None:
+        raise DataError(f"the tokenizer in {path} has no mask token, which task mlm needs; "
+                        "use a BERT/RoBERTa-style tokenizer or set tokenizer_path to null")
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise DataError(f"the tokenizer in {path} has neither a pad nor an eos token; add a pad token to it")
+        tokenizer.pad_token = tokenizer.eos_token  # GPT-2 convention
+    return tokenizer
+
+
+def _appends_eos(tokenizer) -> bool:
+    """True when the tokenizer adds no specials itself (GPT-2): then each document gets an eos appended."""
+    sample = "hello world"
+    return (
+        tokenizer.eos_token_id is not None
+        and tokenizer(sample)["input_ids"] == tokenizer(sample, add_special_tokens=False)["input_ids"]
+    )
+
+
+# -------------------------------------------------------------------------------------------------------- prepare
+def _fingerprint_settings(settings: dict, source: corpus.Source) -> dict:
+    s = json.loads(json.dumps(settings))
+    s["dataset_path"] = source.path
+    if source.kind != "saved_dataset":
+        s["text_column"] = None
+    name = s["tokenizer"]["name_or_path"]
+    if name is not None and Path(name).is_dir():  # a given tokenizer is part of the data: hash its files too
+        s["tokenizer"]["name_or_path"] = str(Path(name).resolve())
+        s["tokenizer"]["fingerprint"] = corpus.fingerprint_tree(Path(name).resolve())
+    return s
+
+
+def up_to_date(out: Path, settings: dict, fingerprint: str) -> tuple[bool, str]:
+    if not out.exists():
+        return False, "no artifact yet"
+    ok, why = artifact.verify(out)
+    if not ok:
+        return False, f"existing artifact is invalid ({why})"
+    try:
+        meta = json.loads((out / "prepare.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False, "existing prepare.json is unreadable"
+    if meta.get("format_version") != FORMAT_VERSION:
+        return False, "artifact format changed"
+    if meta.get("settings") != settings:
+        return False, "data settings changed"
+    if meta.get("source", {}).get("fingerprint") != fingerprint:
+        return False, "source data changed"
+    return True, why
+
+
+def _unwrap(e: BaseException) -> DataError | None:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, DataError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) -> dict:
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()
+    work = stage / "_work"
+    work.mkdir()
+
+    # 1. raw documents -> Arrow (one streaming pass over the source; later passes read the Arrow table)
+    if next(corpus.documents(source), None) is None:
+        raise DataError(f"the corpus ({source.description}) holds no text; add text or point dataset_path elsewhere")
+    say(f"reading {source.description}")
+    gen_kwargs = {"source": source}
+    try:
+        raw = datasets.Dataset.from_generator(
+            _doc_rows, gen_kwargs=gen_kwargs, cache_dir=str(work / "raw"), fingerprint=fingerprint[:32],
+            features=datasets.Features({"text": datasets.Value("string")}),
+        )
+    except Exception as e:  # datasets wraps errors raised inside the generator
+        err = _unwrap(e)
+        if err is not None:
+            raise err from None
+        raise
+    n_docs = len(raw)
+    n_chars = sum(len(t) for b in raw.iter(batch_size=MAP_BATCH) for t in b["text"])
+    say(f"read {n_docs} documents, {n_chars} characters")
+
+    # 2. tokenizer
+    t = settings["tokenizer"]
+    if t["name_or_path"] is not None:
+        say(f"loading tokenizer from {t['name_or_path']}")
+        tokenizer = _load_tokenizer(settings)
+        trained = False
+    else:
+        say(f"training a {t['kind']} tokenizer (vocab_size {t['vocab_size']}, lowercase {t['lowercase']})")
+        texts = (text for b in raw.iter(batch_size=MAP_BATCH) for text in b["text"])
+        tokenizer = _train_tokenizer(settings, texts)
+        trained = True
+    tokenizer.model_max_length = settings["max_seq_length"]
+    tokenizer.save_pretrained(stage / "tokenizer")
+    say(f"tokenizer: {type(tokenizer).__name__}, {len(tokenizer)} tokens, specials {tokenizer.all_special_tokens}")
+
+    # 3. tokenize, then group into blocks (run_mlm.py's tokenize_function + group_texts)
+    mlm = settings["task"] == "mlm"
+    eos = tokenizer.eos_token_id if _appends_eos(tokenizer) else None
+    seq = settings["max_seq_length"]
+
+    def tokenize(batch):
+        enc = tokenizer(batch["text"], return_special_tokens_mask=mlm, return_attention_mask=True, verbose=False)
+        out = {k: enc[k] for k in ("input_ids", "attention_mask") + (("special_tokens_mask",) if mlm else ())}
+        if eos is not None:
+            for k, extra in (("input_ids", eos), ("attention_mask", 1), ("special_tokens_mask", 1)):
+                if k in out:
+                    out[k] = [ids + [extra] for ids in out[k]]
+        return out
+
+    def group_texts(examples):
+        concatenated = {k: [t for seq_ in examples[k] for t in seq_] for k in examples}
+        total = len(concatenated["input_ids"]) // seq * seq
+        return {k: [v[i : i + seq] for i in range(0, total, seq)] for k, v in concatenated.items()}
+
+    say(f"tokenizing {len(raw)} documents")
+    tokenized = raw.map(tokenize, batched=True, batch_size=MAP_BATCH, remove_columns=["text"],
+                        cache_file_name=str(work / "tokenized.arrow"), desc="tokenize")
+    corpus_tokens = sum(len(ids) for b in tokenized.iter(batch_size=MAP_BATCH) for ids in b["input_ids"])
+    say(f"grouping {corpus_tokens} tokens into blocks of {seq}")
+    grouped = tokenized.map(group_texts, batched=True, batch_size=MAP_BATCH,
+                            cache_file_name=str(work / "grouped.arrow"), desc=f"group into blocks of {seq}")
+    if len(grouped) == 0:
+        raise DataError(
+            f"the corpus gives {corpus_tokens} tokens, not one block of max_seq_length {seq}; "
+            "add text or lower max_seq_length"
+        )
+
+    # 4. save
+    say(f"saving {len(grouped)} blocks")
+    grouped.save_to_disk(str(stage / "dataset"))
+    del raw, tokenized, grouped
+    shutil.rmtree(work)
+    return {
+        "trained": trained,
+        "tokenizer": tokenizer,
+        "eos_appended": eos is not None,
+        "corpus_tokens": corpus_tokens,
+        "documents": n_docs,
+    }
+
+
+def _doc_rows(source):
+    for text in corpus.documents(source):
+        yield {"text": text}
+
+
+def prepare(job_path: str, out: Path, force: bool = False) -> int:
+    job = load_job(job_path)
+    settings = data_settings(job)
+    source = corpus.open_source(settings["dataset_path"], settings["text_column"])
+    say(f"fingerprinting {source.description}")
+    fp = corpus.fingerprint(source)
+    recorded = _fingerprint_settings(settings, source)
+    if not force:
+        fresh, why = up_to_date(out, recorded, fp)
+        if fresh:
+            say(f"{out} is up to date ({why}; same data settings and source); nothing to do")
+            return 0
+        say(f"building {out}: {why}")
+    stage = artifact.staging_dir(out)
+    try:
+        t0 = time.monotonic()
+        info = build(settings, source, fp, stage)
+        import datasets
+        import tokenizers
+        import transformers
+
+        ds = datasets.load_from_disk(str(stage / "dataset"))
+        blocks = len(ds)
+        tok = info["tokenizer"]
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "settings": recorded,
+            "source": {**source.to_json(fp), "documents": info["documents"]},
+            "task": settings["task"],
+            "blocks": blocks,
+            "block_length": settings["max_seq_length"],
+            "tokens": blocks * settings["max_seq_length"],
+            "corpus_tokens": info["corpus_tokens"],
+            "vocab_size": len(tok),
+            "columns": ds.column_names,
+            "tokenizer": {
+                "trained": info["trained"],
+                "kind": settings["tokenizer"]["kind"],
+                "class": type(tok).__name__,
+                "special_tokens": {k: str(v) for k, v in tok.special_tokens_map.items()},
+                "pad_token_id": tok.pad_token_id,
+                "eos_appended_per_document": info["eos_appended"],
+            },
+            "versions": {
+                "python": sys.version.split()[0],
+                "datasets": datasets.__version__,
+                "tokenizers": tokenizers.__version__,
+                "transformers": transformers.__version__,
+            },
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "elapsed_s": round(time.monotonic() - t0, 2),
+        }
+        del ds
+        with open(stage / "prepare.json", "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+            f.write("\n")
+        artifact.write_manifest(stage)
+        artifact.publish(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    say(f"built {out}: {blocks} blocks x {settings['max_seq_length']} tokens = {meta['tokens']} tokens, "
+        f"vocab {meta['vocab_size']}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------ CLI
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's default prints the usage block too)
+        print(f"error: {message}; see `python -m train.prepare_data --help`", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m train.prepare_data", description=__doc__.split("\n\n")[0])
+    p.add_argument("--job", help="resolved job (JSON, from `python -m train.job resolve`)")
+    p.add_argument("--out", help="artifact directory to create or refresh")
+    p.add_argument("--force", action="store_true", help="rebuild even when the artifact is up to date")
+    p.add_argument("--verify", metavar="ARTIFACT", help="only check ARTIFACT against its MANIFEST (exit 0 or 1)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here downloads; make sure nothing tries
+    if args.verify:
+        if args.job or args.out:
+            p.error("--verify takes no --job/--out")
+        ok, why = artifact.verify(Path(args.verify))
+        print(f"{'ok' if ok else 'FAILED'}: {args.verify}: {why}", file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
+    if not args.job or not args.out:
+        p.error("--job and --out are both required (or --verify ARTIFACT)")
+    try:
+        return prepare(args.job, Path(args.out).resolve(), force=args.force)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written, run the command again", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Shared fixtures for the train/ tests: hand-written jobs, one prepared artifact per tokenizer kind for the whole
+session, and a helper that launches train/pretrain.py through the real ``deepspeed`` launcher.
+
+The tests run with the training venv's python (``/root/devtrain/bin/python -m pytest train/tests`` here, the node
+venv's under ``make unit``); the deepspeed launcher is taken from beside that python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+DEEPSPEED = str(Path(PYTHON).parent / "deepspeed")
+
+# Tiny models: a few hundred thousand parameters, a training step in tens of milliseconds on one core.
+TINY_BERT = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128,
+             "max_position_embeddings": 64, "type_vocab_size": 2}
+TINY_GPT2 = {"n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64}
+SEQ = 64
+
+
+def job_dict(**overrides) -> dict:
+    """A resolved job as train/job.py writes it (only the keys prepare_data reads, plus model / model_size)."""
+    job = {
+        "model": "bert", "model_size": "test", "task": "mlm", "model_type": "bert", "tokenizer_type": "wordpiece",
+        "vocab_size": 2000, "lowercase": True, "tokenizer_path": None, "dataset_path": None,
+        "max_seq_length": SEQ, "mlm_probability": 0.15, "seed": 42,
+    }
+    job.update(overrides)
+    return job
+
+
+def write_job(path: Path, **overrides) -> Path:
+    path.write_text(json.dumps(job_dict(**overrides)), encoding="utf-8")
+    return path
+
+
+def run_prepare(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m train.prepare_data ARGS`` from the repo root; output captured as text."""
+    return subprocess.run([PYTHON, "-m", "train.prepare_data", *map(str, args)], check=False, cwd=REPO, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def prepare_or_fail(job: Path, out: Path) -> subprocess.CompletedProcess:
+    proc = run_prepare("--job", job, "--out", out)
+    assert proc.returncode == 0, f"prepare_data failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def bert_artifact(tmp_path_factory) -> Path:
+    """The default corpus (stdlib pydoc topics), WordPiece vocab 2000, blocks of 64: shared by all tests."""
+    d = tmp_path_factory.mktemp("bert-artifact")
+    prepare_or_fail(write_job(d / "job.json"), d / "artifact")
+    return d / "artifact"
+
+
+@pytest.fixture(scope="session")
+def gpt2_artifact(tmp_path_factory) -> Path:
+    """The default corpus, GPT-2 style byte-level BPE (vocab 1000), task clm, blocks of 64."""
+    d = tmp_path_factory.mktemp("gpt2-artifact")
+    job = write_job(d / "job.json", model="gpt2", task="clm", model_type="gpt2", tokenizer_type="byte_bpe",
+                    vocab_size=1000, lowercase=False, mlm_probability=None)
+    prepare_or_fail(job, d / "artifact")
+    return d / "artifact"
+
+
+# ------------------------------------------------------------------------------------------------ deepspeed runs
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ds_config(path: Path, stage: int = 2) -> Path:
+    """The repo's ZeRO-<stage> template as train.dsconfig renders it for a CPU job without offload: torch's AdamW
+    via DeepSpeed (``torch_adam``), so no DeepSpeed op (fused_adam / cpu_adam) is JIT-compiled. "auto" values stay
+    for the HF Trainer to fill."""
+    template = REPO / "templates" / "deepspeed" / f"zero{stage}.json"
+    if template.is_file():
+        config = json.loads(template.read_text(encoding="utf-8"))
+    else:  # minimal stand-in, should the template ever move
+        config = {"zero_optimization": {"stage": stage}, "optimizer": {"type": "AdamW", "params": {
+            "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+            "train_micro_batch_size_per_gpu": "auto"}
+        if stage == 3:
+            config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
+    assert config["zero_optimization"]["stage"] == stage
+    if str(config.get("optimizer", {}).get("type", "")).lower() in ("adam", "adamw"):
+        config["optimizer"].setdefault("params", {})["torch_adam"] = True
+    for key in ("bf16", "fp16"):  # CPU: full precision
+        config.pop(key, None)
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
+
+
+def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", model_type: str = "bert",
+                  config: dict | None = None, max_steps: int = 30, logging_steps: int = 5, micro: int = 8,
+                  accum: int = 1, lr: float = 1e-3, warmup: int = 3) -> list[str]:
+    """The pretrain.py command line, in the form train.job argv produces it (contract)."""
+    config = config if config is not None else (TINY_BERT if model_type == "bert" else TINY_GPT2)
+    args = ["--task", task, "--model_type", model_type, "--config_overrides", json.dumps(config),
+            "--dataset_dir", str(artifact)]
+    if task == "mlm":
+        args += ["--mlm_probability", "0.15"]
+    args += ["--output_dir", str(out), "--deepspeed", str(ds),
+             "--per_device_train_batch_size", str(micro), "--gradient_accumulation_steps", str(accum),
+             "--learning_rate", str(lr), "--weight_decay", "0.01", "--adam_beta1", "0.9", "--adam_beta2", "0.999",
+             "--adam_epsilon", "1e-06", "--max_grad_norm", "1.0", "--warmup_steps", str(warmup),
+             "--max_steps", str(max_steps), "--save_steps", "1000", "--logging_steps", str(logging_steps),
+             "--save_total_limit", "1", "--seed", "42", "--report_to", "none", "--dataloader_num_workers", "0",
+             "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true"]
+    return args
+
+
+def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420) -> tuple[subprocess.CompletedProcess, float]:
+    """``deepspeed --hostfile H --no_ssh_check --master_addr 127.0.0.1 --master_port P train/pretrain.py ARGS`` from
+    the repo root, as the playbook runs it on one node; returns (process, seconds)."""
+    hostfile = workdir / "hostfile"
+    hostfile.write_text(f"localhost slots={ranks}\n", encoding="utf-8")
+    cmd = [DEEPSPEED, "--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "train/pretrain.py", *args]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("OMP_NUM_THREADS", None)  # let pretrain.py pick (cores / ranks per node)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, check=False, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+    elapsed = time.monotonic() - t0
+    (workdir / "launch.log").write_text(proc.stdout, encoding="utf-8")
+    assert proc.returncode == 0, f"deepspeed launch failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}"
+    return proc, elapsed

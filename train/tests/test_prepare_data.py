@@ -1,0 +1,284 @@
+"""train/prepare_data.py: raw text -> tokenizer + grouped Arrow blocks + prepare.json + MANIFEST, atomically.
+
+Real corpora (the stdlib's pydoc topics), real tokenizer training, real save_to_disk / load_from_disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import SEQ, prepare_or_fail, run_prepare, write_job
+
+
+def _one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "; " in lines[0], "the message says how to fix it after '; '"
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _pydoc_paragraphs(n: int) -> list[str]:
+    from pydoc_data.topics import topics
+
+    paras = [" ".join(p.split()) for t in sorted(topics) for p in topics[t].split("\n\n") if p.strip()]
+    return paras[:n]
+
+
+# ----------------------------------------------------------------------------------------------------- sources
+def test_default_corpus_is_pydoc_topics(bert_artifact):
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+
+    meta = json.loads((bert_artifact / "prepare.json").read_text())
+    assert meta["source"]["kind"] == "pydoc_topics" and meta["source"]["documents"] > 1000
+    assert len(meta["source"]["fingerprint"]) == 64
+    ds = load_from_disk(str(bert_artifact / "dataset"))
+    assert len(ds) == meta["blocks"] > 1000
+    assert meta["tokens"] == meta["blocks"] * SEQ
+    assert meta["corpus_tokens"] >= meta["tokens"]
+    assert set(ds.column_names) == {"input_ids", "attention_mask", "special_tokens_mask"}
+    assert {len(r) for r in ds[:50]["input_ids"]} == {SEQ}
+    tok = AutoTokenizer.from_pretrained(str(bert_artifact / "tokenizer"))
+    assert meta["vocab_size"] == len(tok) <= 2000
+    text = tok.decode(ds[0]["input_ids"])
+    assert text.startswith("[CLS]") and "[SEP]" in text  # documents are [CLS] ... [SEP], then concatenated
+    # real English from the docs, lower-cased by BERT's normaliser
+    assert "statement" in tok.decode([i for r in ds[:200]["input_ids"] for i in r])
+    layout = sorted(p.name for p in bert_artifact.iterdir())
+    assert layout == ["MANIFEST", "dataset", "prepare.json", "tokenizer"]
+    assert not [p for p in bert_artifact.parent.iterdir() if p.name.startswith(".artifact")], "temp dir left over"
+
+
+def test_text_directory_source(tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    paras = _pydoc_paragraphs(400)
+    (corpus / "a.txt").write_text("\n\n".join(paras[:200]), encoding="utf-8")
+    (corpus / "sub" / "b.txt").write_text("\n\n".join(paras[200:]), encoding="utf-8")
+    (corpus / "ignored.md").write_text("not a .txt file " * 1000, encoding="utf-8")
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=500, max_seq_length=32)
+    prepare_or_fail(job, tmp_path / "art")
+    meta = json.loads((tmp_path / "art" / "prepare.json").read_text())
+    assert meta["source"]["kind"] == "text_dir" and meta["source"]["path"] == str(corpus)
+    assert meta["source"]["documents"] == 400
+    assert meta["blocks"] > 100 and meta["tokens"] == meta["blocks"] * 32
+
+
+def test_text_file_and_saved_dataset_sources_give_the_same_blocks(tmp_path):
+    from datasets import Dataset, DatasetDict, load_from_disk
+    from transformers import AutoTokenizer
+
+    paras = _pydoc_paragraphs(300)
+    (tmp_path / "corpus.txt").write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+    saved = tmp_path / "saved"
+    DatasetDict({"train": Dataset.from_dict({"body": paras, "id": list(range(len(paras)))})}).save_to_disk(str(saved))
+
+    prepare_or_fail(write_job(tmp_path / "j1.json", dataset_path=str(tmp_path / "corpus.txt"), vocab_size=500),
+                    tmp_path / "from_file")
+    prepare_or_fail(write_job(tmp_path / "j2.json", dataset_path=str(saved), text_column="body", vocab_size=500),
+                    tmp_path / "from_saved")
+    m1 = json.loads((tmp_path / "from_file" / "prepare.json").read_text())
+    m2 = json.loads((tmp_path / "from_saved" / "prepare.json").read_text())
+    assert (m1["source"]["kind"], m2["source"]["kind"]) == ("text_file", "saved_dataset")
+    assert m2["source"]["text_column"] == "body"
+    # same documents -> the same blocks of text, whichever way they were stored (token ids may differ: the
+    # tokenizers trainers break frequency ties in hash order, which changes from process to process)
+    assert m1["blocks"] == m2["blocks"] > 0
+    texts = []
+    for name in ("from_file", "from_saved"):
+        tok = AutoTokenizer.from_pretrained(str(tmp_path / name / "tokenizer"))
+        texts.append(tok.batch_decode(load_from_disk(str(tmp_path / name / "dataset"))[:]["input_ids"]))
+    assert texts[0] == texts[1]
+    assert not list(saved.rglob("cache-*")), "prepare must not write cache files into the user's dataset"
+
+    proc = run_prepare("--job", write_job(tmp_path / "j3.json", dataset_path=str(saved), text_column="nope"),
+                       "--out", tmp_path / "bad")
+    _one_line_error(proc, "'nope'", "text_column")
+    assert not (tmp_path / "bad").exists()
+
+
+# ------------------------------------------------------------------------------------------ manifest, up to date
+def test_verify_detects_a_changed_file(bert_artifact, tmp_path):
+    assert run_prepare("--verify", bert_artifact).returncode == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(bert_artifact, copy)
+    assert run_prepare("--verify", copy).returncode == 0
+    lines = (copy / "MANIFEST").read_text().splitlines()
+    assert len(lines) >= 6 and lines == sorted(lines, key=lambda ln: ln.split("  ", 1)[1])
+    assert {ln.split("  ", 1)[1] for ln in lines} >= {"prepare.json", "tokenizer/tokenizer.json",
+                                                     "dataset/state.json"}
+    arrow = next((copy / "dataset").glob("*.arrow"))
+    data = bytearray(arrow.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit
+    arrow.write_bytes(bytes(data))
+    proc = run_prepare("--verify", copy)
+    assert proc.returncode == 1 and "sha256 mismatch" in proc.stderr and arrow.name in proc.stderr
+    # an extra file is caught too
+    shutil.copy(bert_artifact / "dataset" / arrow.name, arrow)
+    assert run_prepare("--verify", copy).returncode == 0
+    (copy / "tokenizer" / "stray.txt").write_text("x")
+    proc = run_prepare("--verify", copy)
+    assert proc.returncode == 1 and "not in MANIFEST" in proc.stderr
+
+
+def test_second_prepare_is_a_noop_and_changes_rebuild(tmp_path):
+    paras = _pydoc_paragraphs(300)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(paras), encoding="utf-8")
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=400, max_seq_length=32)
+    out = tmp_path / "art"
+    prepare_or_fail(job, out)
+    stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+
+    proc = prepare_or_fail(job, out)
+    assert "up to date" in proc.stdout.strip().splitlines()[-1]
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamp, "a no-op must not touch the artifact"
+
+    # a different data setting rebuilds (the old artifact is replaced whole)
+    job2 = write_job(tmp_path / "job2.json", dataset_path=str(corpus), vocab_size=400, max_seq_length=16)
+    proc = prepare_or_fail(job2, out)
+    assert "up to date" not in proc.stdout and json.loads((out / "prepare.json").read_text())["block_length"] == 16
+    # so does a change in the source text
+    corpus.write_text("\n\n".join(paras[:200]), encoding="utf-8")
+    proc = prepare_or_fail(job2, out)
+    assert "source data changed" in proc.stdout
+    # and a damaged artifact
+    (out / "prepare.json").write_text("{}")
+    proc = prepare_or_fail(job2, out)
+    assert "invalid" in proc.stdout and run_prepare("--verify", out).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+# ------------------------------------------------------------------------------------------------- tokenizers
+@pytest.mark.parametrize("kind,task", [("wordpiece", "mlm"), ("byte_bpe", "mlm"), ("byte_bpe", "clm")])
+def test_tokenizers_reload_and_round_trip(kind, task, tmp_path, bert_artifact, gpt2_artifact):
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+
+    if kind == "wordpiece":
+        art = bert_artifact
+    elif task == "clm":
+        art = gpt2_artifact
+    else:
+        corpus = tmp_path / "c.txt"
+        corpus.write_text("\n\n".join(_pydoc_paragraphs(600)), encoding="utf-8")
+        art = tmp_path / "art"
+        prepare_or_fail(write_job(tmp_path / "j.json", model_type="roberta", tokenizer_type="byte_bpe",
+                                  vocab_size=800, lowercase=False, dataset_path=str(corpus)), art)
+    tok = AutoTokenizer.from_pretrained(str(art / "tokenizer"))
+    assert tok.is_fast and tok.pad_token_id is not None
+    text = "The if statement is used for conditional execution."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if kind == "wordpiece":
+        assert tok.decode(ids) == text.lower()  # lowercase=True in the shared job
+        assert tok.mask_token == "[MASK]" and tok.cls_token == "[CLS]" and tok.sep_token == "[SEP]"
+        full = tok(text)["input_ids"]
+        assert full[0] == tok.cls_token_id and full[-1] == tok.sep_token_id
+    else:
+        assert tok.decode(ids) == text  # byte-level BPE is lossless
+        odd = "naïve café — ünïcødé"
+        assert tok.decode(tok(odd)["input_ids"], skip_special_tokens=True) == odd
+        if task == "mlm":  # RoBERTa: <s> ... </s>, <mask>
+            full = tok(text)["input_ids"]
+            assert (tok.convert_ids_to_tokens(full[0]), tok.convert_ids_to_tokens(full[-1])) == ("<s>", "</s>")
+            assert tok.mask_token == "<mask>"
+        else:  # GPT-2: no specials added; an <|endoftext|> ends every document in the blocks
+            assert tok(text)["input_ids"] == ids and tok.eos_token == "<|endoftext|>"
+            assert tok.pad_token == "<pad>" and tok.pad_token_id != tok.eos_token_id
+            blocks = load_from_disk(str(art / "dataset"))[:100]["input_ids"]
+            assert sum(r.count(tok.eos_token_id) for r in blocks) > 10
+            assert json.loads((art / "prepare.json").read_text())["tokenizer"]["eos_appended_per_document"]
+    # the saved tokenizer in a tokenizer_path dir is reused as is (no training)
+    job = write_job(tmp_path / "reuse.json", tokenizer_path=str(art / "tokenizer"), vocab_size=None,
+                    task=task, tokenizer_type=kind, dataset_path=str(_write_small_corpus(tmp_path)))
+    prepare_or_fail(job, tmp_path / "reused")
+    meta = json.loads((tmp_path / "reused" / "prepare.json").read_text())
+    assert meta["tokenizer"]["trained"] is False and meta["vocab_size"] == len(tok)
+    assert (tmp_path / "reused" / "tokenizer" / "tokenizer.json").read_text() == \
+        (art / "tokenizer" / "tokenizer.json").read_text()
+
+
+def _write_small_corpus(tmp_path: Path) -> Path:
+    p = tmp_path / "small.txt"
+    p.write_text("\n\n".join(_pydoc_paragraphs(80)), encoding="utf-8")
+    return p
+
+
+# ------------------------------------------------------------------------------------------------- bad input
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    missing = tmp_path / "nowhere"
+    proc = run_prepare("--job", write_job(tmp_path / "j1.json", dataset_path=str(missing)), "--out", tmp_path / "o")
+    _one_line_error(proc, str(missing), "does not exist")
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n   \n\n", encoding="utf-8")
+    proc = run_prepare("--job", write_job(tmp_path / "j2.json", dataset_path=str(empty)), "--out", tmp_path / "o")
+    _one_line_error(proc, "no text")
+
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"hello\n\xff\xfe\x00 world\n")
+    proc = run_prepare("--job", write_job(tmp_path / "j3.json", dataset_path=str(binary)), "--out", tmp_path / "o")
+    _one_line_error(proc, "not UTF-8")
+
+    no_txt = tmp_path / "dir"
+    no_txt.mkdir()
+    (no_txt / "x.csv").write_text("a,b\n")
+    proc = run_prepare("--job", write_job(tmp_path / "j4.json", dataset_path=str(no_txt)), "--out", tmp_path / "o")
+    _one_line_error(proc, "no .txt files")
+
+    if os.geteuid() != 0:  # root reads anything; the permission check only bites for other users
+        locked = tmp_path / "locked.txt"
+        locked.write_text("text")
+        locked.chmod(0)
+        proc = run_prepare("--job", write_job(tmp_path / "j5.json", dataset_path=str(locked)), "--out", tmp_path / "o")
+        _one_line_error(proc, "permission")
+
+    short = tmp_path / "short.txt"
+    short.write_text("just a few words\n", encoding="utf-8")
+    proc = run_prepare("--job", write_job(tmp_path / "j6.json", dataset_path=str(short)), "--out", tmp_path / "o")
+    _one_line_error(proc, "max_seq_length")
+
+    proc = run_prepare("--job", tmp_path / "missing.json", "--out", tmp_path / "o")
+    _one_line_error(proc, "missing.json")
+    proc = run_prepare("--job", write_job(tmp_path / "j7.json", tokenizer_type="sentencepiece"),
+                       "--out", tmp_path / "o")
+    _one_line_error(proc, "tokenizer_type")
+    proc = run_prepare("--job", write_job(tmp_path / "j8.json", tokenizer_path="bert-base-uncased"),
+                       "--out", tmp_path / "o")
+    _one_line_error(proc, "not a local directory")
+    proc = run_prepare("--bogus")
+    _one_line_error(proc, "--bogus")
+    assert not (tmp_path / "o").exists(), "nothing is published on failure"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.")], "temp dirs are cleaned up"
+
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "job.py").is_file(), reason="train/job.py absent")
+def test_reads_the_job_train_job_writes(tmp_path):
+    """The real job file (train.job resolve, flat keys): roberta -> byte-level BPE with RoBERTa's specials."""
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from .conftest import REPO
+
+    overrides = {"model_size": "tiny", "accelerator": "cpu", "vocab_size": 1000, "max_seq_length": 64}
+    subprocess.run([sys.executable, "-m", "train.job", "resolve", "--model", "roberta", "--overrides",
+                    json.dumps(overrides), "--out", str(tmp_path / "job.json")], cwd=REPO, check=True)
+    prepare_or_fail(tmp_path / "job.json", tmp_path / "art")
+    meta = json.loads((tmp_path / "art" / "prepare.json").read_text())
+    assert meta["settings"]["tokenizer"] == {"kind": "bpe", "name_or_path": None, "vocab_size": 1000,
+                                             "lowercase": False}
+    assert meta["block_length"] == 64 and meta["task"] == "mlm"
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "art" / "tokenizer"))
+    assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token) == ("<s>", "</s>", "<mask>", "<pad>")

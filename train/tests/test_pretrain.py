@@ -1,0 +1,162 @@
+"""train/pretrain.py under the real ``deepspeed`` launcher (gloo on CPU, ZeRO-2 template), plus the two CPU traps.
+
+a. accelerate leaves the backend unset under DeepSpeed on CPU, so the Trainer believes world size is 1:
+   the 2-rank run must report trainer_world_size 2 and the ranks must have trained on different batches.
+b. the Trainer multiplies the loss by world size for models that ignore num_items_in_batch (BERT):
+   the first logged loss must be the same at 1 and 2 ranks, and close to ln(vocab) for a fresh model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from .conftest import TINY_BERT, TINY_GPT2, ds_config, job_dict, launch, pretrain_args
+
+BERT_STEPS = 30
+
+
+@pytest.fixture(scope="module")
+def bert_2ranks(bert_artifact, tmp_path_factory):
+    """A tiny BERT, 2 ranks, 30 steps: the run most tests below look at."""
+    work = tmp_path_factory.mktemp("bert-2ranks")
+    (work / "job.json").write_text(json.dumps(job_dict(run_name="bert-test-run")))  # beside output/, as the playbook
+    out = work / "output"
+    args = pretrain_args(bert_artifact, out, ds_config(work / "ds_config.json"), max_steps=BERT_STEPS)
+    proc, seconds = launch(2, args, work)
+    return {"out": out, "log": proc.stdout, "seconds": seconds,
+            "metrics": json.loads((out / "metrics.json").read_text())}
+
+
+def test_two_ranks_are_two_ranks(bert_2ranks):
+    """Trap a: the Trainer sees world size 2 and each rank gets its own batches."""
+    m = bert_2ranks["metrics"]
+    assert m["world_size"] == 2
+    assert m["trainer_world_size"] == 2
+    assert m["global_batch_size"] == 2 * m["per_device_train_batch_size"] * m["gradient_accumulation_steps"]
+    assert [r["rank"] for r in m["ranks"]] == [0, 1]
+    assert [r["local_rank"] for r in m["ranks"]] == [0, 1]
+    r0, r1 = (r["first_batches_sha256"] for r in m["ranks"])
+    assert len(r0) == len(r1) == 3 and all(len(h) == 64 for h in r0 + r1)
+    assert not set(r0) & set(r1), "both ranks trained on the same batches"
+    assert len(set(r0)) == 3, "a rank saw the same batch twice"
+    for rank in (0, 1):
+        assert f"[rank {rank}/2] host=" in bert_2ranks["log"] and f"local_rank={rank}" in bert_2ranks["log"]
+
+
+def test_metrics_and_progress(bert_2ranks):
+    m, out = bert_2ranks["metrics"], bert_2ranks["out"]
+    assert (m["model"], m["model_size"], m["run_name"]) == ("bert", "test", "bert-test-run")
+    assert m["steps"] == m["max_steps"] == BERT_STEPS
+    assert m["last_loss"] < m["first_loss"] - 0.2, (m["first_loss"], m["last_loss"])
+    assert m["train_samples_per_second"] > 0 and m["wall_time_s"] > 0
+    assert m["model_uses_num_items_in_batch"] is False  # BERT ignores it: the Trainer is told so (trap b)
+
+    records = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 5, 10, 15, 20, 25, 30]
+    keys = {"step", "max_steps", "loss", "learning_rate", "samples_per_second", "elapsed_s", "eta_s", "epoch"}
+    assert all(set(r) == keys for r in records)
+    assert all(r["max_steps"] == BERT_STEPS and r["loss"] > 0 and r["samples_per_second"] > 0 for r in records)
+    assert records[-1]["eta_s"] == 0 and records[0]["eta_s"] > 0
+    assert [r["elapsed_s"] for r in records] == sorted(r["elapsed_s"] for r in records)
+    assert records[0]["loss"] == m["first_loss"] and records[-1]["loss"] == m["last_loss"]
+    # samples/s is global batch x steps / elapsed
+    r = records[-1]
+    assert r["samples_per_second"] == pytest.approx(m["global_batch_size"] * r["step"] / r["elapsed_s"], rel=0.01)
+    png = (out / "loss_curve.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_saved_model_reloads_and_fills_a_mask(bert_2ranks, bert_artifact):
+    import torch
+    from datasets import load_from_disk
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
+
+    model_dir = bert_2ranks["out"] / "model"
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model, info = AutoModelForMaskedLM.from_pretrained(str(model_dir), output_loading_info=True)
+    model.eval()
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    assert model.config.model_type == "bert" and model.config.hidden_size == TINY_BERT["hidden_size"]
+    assert model.config.vocab_size == len(tok)
+    enc = tok(f"the {tok.mask_token} statement is used for conditional execution.", return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    pos = (enc["input_ids"][0] == tok.mask_token_id).nonzero()[0].item()
+    predicted = logits[0, pos].argmax().item()
+    assert predicted not in tok.all_special_ids
+    assert tok.decode([predicted]).strip()
+    # the saved weights are the trained ones: their masked-LM loss is well below a fresh model's
+    blocks = load_from_disk(str(bert_artifact / "dataset")).select(range(64))
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=0)
+    batch = collator([{"input_ids": r["input_ids"], "special_tokens_mask": r["special_tokens_mask"]} for r in blocks])
+    with torch.no_grad():
+        loss = model(**batch).loss.item()
+    assert loss < bert_2ranks["metrics"]["first_loss"] - 0.2, (loss, bert_2ranks["metrics"]["first_loss"])
+
+
+def test_loss_does_not_depend_on_world_size(bert_artifact, bert_2ranks, tmp_path):
+    """Trap b: same data, seed and micro batch at 1 rank; the first logged loss must agree with the 2-rank run's
+    (a factor 2 would not) and both must be near ln(V), the loss of a freshly initialised model."""
+    out = tmp_path / "output"
+    args = pretrain_args(bert_artifact, out, ds_config(tmp_path / "ds.json"), max_steps=2, logging_steps=1)
+    launch(1, args, tmp_path)
+    one = json.loads((out / "metrics.json").read_text())
+    two = bert_2ranks["metrics"]
+    assert one["world_size"] == one["trainer_world_size"] == 1
+    vocab = json.loads((bert_artifact / "prepare.json").read_text())["vocab_size"]
+    assert abs(one["first_loss"] - two["first_loss"]) < 0.1 * math.log(vocab), (one["first_loss"], two["first_loss"])
+    for loss in (one["first_loss"], two["first_loss"]):
+        assert loss == pytest.approx(math.log(vocab), rel=0.1)
+
+
+def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
+    """A causal LM with the ZeRO-3 template (partitioned parameters, weights gathered for the final save)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "output"
+    args = pretrain_args(gpt2_artifact, out, ds_config(tmp_path / "ds.json", stage=3), task="clm",
+                         model_type="gpt2", max_steps=6, logging_steps=4, warmup=1)
+    launch(2, args, tmp_path)
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["world_size"], m["trainer_world_size"], m["steps"], m["task"]) == (2, 2, 6, "clm")
+    assert m["model_uses_num_items_in_batch"] is True  # GPT-2 normalises by the all-ranks token count itself
+    vocab = json.loads((gpt2_artifact / "prepare.json").read_text())["vocab_size"]
+    assert m["first_loss"] == pytest.approx(math.log(vocab), rel=0.1)  # not x2 at 2 ranks
+    assert m["last_loss"] < m["first_loss"]
+    records = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 4, 6]  # the last step is logged although 6 % 4 != 0
+    r0, r1 = (r["first_batches_sha256"] for r in m["ranks"])
+    assert not set(r0) & set(r1)
+    tok = AutoTokenizer.from_pretrained(str(out / "model"))
+    model, info = AutoModelForCausalLM.from_pretrained(str(out / "model"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    assert m["n_parameters"] == sum(p.numel() for p in model.parameters())  # counted right although partitioned
+    assert model.config.n_embd == TINY_GPT2["n_embd"] and model.config.vocab_size == len(tok)
+    ids = tok("The if statement", return_tensors="pt")["input_ids"]
+    gen = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert gen.shape[1] == ids.shape[1] + 5
+
+
+# ----------------------------------------------------------------------------------------------- in-process units
+def test_num_items_probe_tells_bert_from_gpt2():
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    from train.pretrain import fix_loss_kwargs_flag
+
+    bert = BertForMaskedLM(BertConfig(vocab_size=100, **TINY_BERT))
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=100, **TINY_GPT2))
+    assert fix_loss_kwargs_flag(bert, 100) is False and bert.accepts_loss_kwargs is False
+    assert fix_loss_kwargs_flag(gpt2, 100) is True and gpt2.accepts_loss_kwargs is True
+    assert bert.training and gpt2.training  # the probe leaves the mode alone
+
+
+def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
+    from train.pretrain import DataArguments, UsageError, load_artifact
+
+    with pytest.raises(UsageError, match="prepare_data"):
+        load_artifact(DataArguments(dataset_dir=str(tmp_path / "nothing")), "mlm")
+    with pytest.raises(UsageError, match="prepared for task clm"):
+        load_artifact(DataArguments(dataset_dir=str(gpt2_artifact)), "mlm")
