@@ -53,6 +53,15 @@ class ActionModule(ActionBase):
         res = self._low_level_execute_command(cmd)
         return res.get("stdout", "")
 
+    def _async_status(self, jid: str, mode: str, task_vars) -> dict:
+        """Run the async_status module the way ansible.builtin.async_status's own action does (it needs _async_dir)."""
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._execute_module(
+            module_name="ansible.legacy.async_status",
+            module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
+            task_vars=task_vars,
+        )
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGSPEC)
@@ -68,12 +77,11 @@ class ActionModule(ActionBase):
         last_news = started
 
         while True:
-            status = self._execute_module(
-                module_name="ansible.builtin.async_status",
-                module_args={"jid": jid, "mode": "status"},
-                task_vars=task_vars,
-            )
-            finished = bool(status.get("finished")) or status.get("failed", False) and "finished" not in status
+            status = self._async_status(jid, "status", task_vars)
+            if status.get("failed") and not status.get("finished"):
+                result.update(failed=True, msg=f"cannot read the status of async job {jid}: {status.get('msg')}")
+                return result
+            finished = bool(status.get("finished"))
 
             chunk = self._read_from(log_file, log_offset)
             log_offset += len(chunk.encode("utf-8"))
@@ -103,11 +111,7 @@ class ActionModule(ActionBase):
                 last_news = now
             time.sleep(poll)
 
-        self._execute_module(
-            module_name="ansible.builtin.async_status",
-            module_args={"jid": jid, "mode": "cleanup"},
-            task_vars=task_vars,
-        )
+        self._async_status(jid, "cleanup", task_vars)
         tail_cmd = f"tail -n {int(args['tail_lines'])} {shlex.quote(log_file)} 2>/dev/null || true"
         log_tail = self._low_level_execute_command(tail_cmd).get("stdout", "")
         rc = status.get("rc")
