@@ -123,13 +123,14 @@ def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", mod
     return args
 
 
-def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420) -> tuple[subprocess.CompletedProcess, float]:
+def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420,
+           entry: tuple[str, ...] = ("train/pretrain.py",)) -> tuple[subprocess.CompletedProcess, float]:
     """``deepspeed --hostfile H --no_ssh_check --master_addr 127.0.0.1 --master_port P train/pretrain.py ARGS`` from
     the repo root, as the playbook runs it on one node; returns (process, seconds)."""
     hostfile = workdir / "hostfile"
     hostfile.write_text(f"localhost slots={ranks}\n", encoding="utf-8")
     cmd = [DEEPSPEED, "--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "train/pretrain.py", *args]
+           "--master_port", str(free_port()), *entry, *args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("OMP_NUM_THREADS", None)  # let pretrain.py pick (cores / ranks per node)
     t0 = time.monotonic()

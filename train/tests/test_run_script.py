@@ -1,0 +1,140 @@
+"""A user's own run_mlm.py-style script (HfArgumentParser + Trainer, --train_file, MLM collator), launched
+unchanged through train/run_script.py by the real deepspeed launcher with 2 ranks, plus train/script_args.py."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from train import script_args
+from train.tests.conftest import REPO, ds_config, launch
+
+USER_SCRIPT = textwrap.dedent('''
+    """run_mlm.py in miniature, as a user would write it: nothing here knows about the project."""
+    import json
+    from dataclasses import dataclass, field
+
+    from datasets import load_dataset
+    from transformers import (AutoConfig, AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling,
+                              HfArgumentParser, Trainer, TrainingArguments)
+
+
+    @dataclass
+    class Args:
+        train_file: str = field(metadata={"help": "text file, one sample per line"})
+        tokenizer_name: str = field(metadata={"help": "local tokenizer directory"})
+        config_overrides: str = field(default="{}")
+        max_seq_length: int = field(default=64)
+
+
+    def main():
+        args, training_args = HfArgumentParser((Args, TrainingArguments)).parse_args_into_dataclasses()
+        tok = AutoTokenizer.from_pretrained(args.tokenizer_name)
+        raw = load_dataset("text", data files={"train": args.train_file})["train"]
+        ds = raw.map(lambda b: tok(b["text"], truncation=True, max_length=args.max_seq_length,
+                                   return_special_tokens_mask=True), batched=True, remove_columns=["text"])
+        config = AutoConfig.for_model("bert", vocab_size=len(tok), **json.loads(args.config_overrides))
+        model = AutoModelForMaskedLM.from_config(config)
+        trainer = Trainer(model=model, args=training_args, train_dataset=ds, processing_class=tok,
+                          data_collator=DataCollatorForLanguageModeling(tok, mlm_probability=0.15))
+        trainer.train()
+        trainer.save_model()
+
+
+    if __name__ == "__main__":
+        main()
+''').replace("data files", "data_files")
+
+
+@pytest.fixture(scope="module")
+def user_run(bert_artifact, tmp_path_factory):
+    work = tmp_path_factory.mktemp("user-script")
+    script = work / "my_run_mlm.py"
+    script.write_text(USER_SCRIPT, encoding="utf-8")
+    topics = __import__("pydoc_data.topics", fromlist=["topics"]).topics
+    lines = [ln.strip() for text in topics.values() for ln in text.splitlines() if len(ln.split()) > 6]
+    data = work / "data"
+    data.mkdir()
+    (data / "train.txt").write_text("\n".join(lines[:3000]) + "\n", encoding="utf-8")
+    out = work / "out"
+    user_args = script_args.split(
+        "--train_file {data}/train.txt --tokenizer_name " + str(bert_artifact / "tokenizer")
+        + " --config_overrides '" + json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                                "intermediate_size": 128, "max_position_embeddings": 64})
+        + "' --per_device_train_batch_size 8 --max_steps 30 --learning_rate 1e-3 --warmup_steps 3"
+        " --logging_steps 5 --save_strategy no --report_to none --dataloader_num_workers 0 --remove_unused_columns false"
+    )
+    args = script_args.complete(user_args, str(out), str(ds_config(work / "ds.json")), str(data))
+    proc, _ = launch(2, args, work, entry=("train/run_script.py", str(script)))
+    return proc, out
+
+
+def test_user_script_runs_data_parallel_with_progress(user_run):
+    proc, out = user_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["trainer_world_size"] == 2
+    assert [r["rank"] for r in metrics["ranks"]] == [0, 1]
+    assert metrics["steps"] == 30
+    assert metrics["last_loss"] < metrics["first_loss"]
+    records = [json.loads(ln) for ln in (out / "progress.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records][:2] == [5, 10] and records[-1]["step"] == 30
+    assert (out / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "model.safetensors").is_file()  # the script's own save_model()
+    assert "[rank 1/2] host=" in proc.stdout
+
+
+def test_loss_is_not_scaled_by_world_size(user_run):
+    """BERT's first logged MLM loss is about ln(vocab) at initialisation, not world size times that."""
+    import math
+
+    _, out = user_run
+    tok_vocab = 2000  # the bert_artifact fixture (conftest.job_dict)
+    first = json.loads((out / "metrics.json").read_text())["first_loss"]
+    assert abs(first - math.log(tok_vocab)) < 0.15 * math.log(tok_vocab), first
+
+
+@pytest.mark.parametrize(
+    ("given", "expect"),
+    [
+        ("--max_steps 100 --per_device_train_batch_size 4", {"max_steps": 100, "per_device_train_batch_size": 4,
+                                                              "gradient_accumulation_steps": 1, "warmup_steps": 0,
+                                                              "precision": "fp32"}),
+        ('["--bf16", "--warmup_ratio=0.1", "--max_steps=50"]', {"precision": "bf16", "warmup_steps": 5}),
+        ("--fp16 true --gradient_accumulation_steps 4", {"precision": "fp16", "gradient_accumulation_steps": 4}),
+        ("--warmup_ratio 0.2", {"warmup_steps": 1}),
+        ("--max_steps -1", {}),
+    ],
+)
+def test_job_overrides(given, expect):
+    got = script_args.job_overrides(script_args.split(given))
+    for key, value in expect.items():
+        assert got[key] == value, (key, got)
+    if given == "--max_steps -1":
+        assert "max_steps" not in got
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("--fp16 --bf16", "both --fp16 and --bf16"),
+        ("--max_steps lots", "--max_steps needs a whole number"),
+        ("--bf16 maybe", "not a boolean"),
+        ("--output_dir 'unbalanced", "balance the quotes"),
+    ],
+)
+def test_bad_script_args_are_refused(given, message):
+    with pytest.raises(script_args.ScriptArgsError, match=message):
+        script_args.job_overrides(script_args.split(given))
+
+
+def test_complete_adds_only_what_is_missing():
+    assert script_args.complete(["--x", "{data}/t.txt"], "/o", "/c.json", "/d") == [
+        "--x", "/d/t.txt", "--deepspeed", "/c.json", "--output_dir", "/o"]
+    mine = ["--deepspeed=my.json", "--output_dir", "/mine"]
+    assert script_args.complete(mine, "/o", "/c.json") == mine
+    assert script_args.output_dir_of(mine, "/o") == "/mine"
+    with pytest.raises(script_args.ScriptArgsError, match="script_data"):
+        script_args.complete(["{data}/x"], "/o", "/c.json", None)
