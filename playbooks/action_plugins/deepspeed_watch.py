@@ -12,6 +12,8 @@ Options:
     returned as ``log_tail`` (and shown) when the job fails.
   poll_seconds: seconds between polls (default 10).
   tail_lines: how many log lines to show on failure (default 40).
+  echo_log: print every new log line until the first progress record appears (default false) -- for a user's
+    script, which may write no progress.jsonl at all (not an HF Trainer script): its log is then streamed.
 
 Returns ``rc`` (the launcher's exit status), ``records`` (how many progress records were seen), ``last`` (the last
 record) and ``log_tail``. Fails when the launcher exits non-zero.
@@ -38,6 +40,7 @@ _ARGSPEC = {
     "log_file": {"type": "path", "required": True},
     "poll_seconds": {"type": "float", "default": 10.0},
     "tail_lines": {"type": "int", "default": 40},
+    "echo_log": {"type": "bool", "default": False},
 }
 
 
@@ -83,17 +86,18 @@ class ActionModule(ActionBase):
                 return result
             finished = bool(status.get("finished"))
 
+            chunk = self._read_from(progress_file, progress_offset)
+            records, consumed = parse_records(chunk)
+            progress_offset += len(chunk[:consumed].encode("utf-8"))
+
             chunk = self._read_from(log_file, log_offset)
             log_offset += len(chunk.encode("utf-8"))
             log_pending += chunk
             *complete, log_pending = log_pending.split("\n")
             for line in complete:
-                if "[rank " in line and "host=" in line:
-                    display.display(f"  {line.strip()}")
+                if (args["echo_log"] and not seen and not records) or ("[rank " in line and "host=" in line):
+                    display.display(f"  {line.rstrip()}")
 
-            chunk = self._read_from(progress_file, progress_offset)
-            records, consumed = parse_records(chunk)
-            progress_offset += len(chunk[:consumed].encode("utf-8"))
             for record in records:
                 display.display(f"  {format_record(record)}")
                 last = record
@@ -122,5 +126,4 @@ class ActionModule(ActionBase):
                 f"training exited with status {rc} after {format_duration(time.monotonic() - started)}; "
                 f"the last lines of {log_file} are in log_tail (the whole log is on the head node)"
             )
-            display.display("  --- last lines of the training log ---\n" + log_tail, stderr=True)
         return result
