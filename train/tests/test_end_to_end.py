@@ -149,3 +149,56 @@ def test_bad_input_stops_before_anything_runs(extra, expect, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_user_script_through_train_yml(main_job, tmp_path):
+    """-e script=... -e script_data=... -e script_args=[...]: a run_mlm.py-style script of the user's, unchanged."""
+    import yaml
+
+    from train.tests.test_run_script import USER_SCRIPT
+
+    _, out = main_job
+    job = json.loads((out / "job.json").read_text())
+    group_vars = yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())
+    tokenizer = Path(group_vars["local_ssd_dir"]) / "data" / job["data_key"] / "tokenizer"
+    script = tmp_path / "my_run_mlm.py"
+    script.write_text(USER_SCRIPT, encoding="utf-8")
+    data = tmp_path / "corpus"
+    data.mkdir()
+    topics = __import__("pydoc_data.topics", fromlist=["topics"]).topics
+    lines = [ln.strip() for text in topics.values() for ln in text.splitlines() if len(ln.split()) > 6]
+    (data / "train.txt").write_text("\n".join(lines[:2000]) + "\n", encoding="utf-8")
+    extra = {
+        "script": str(script),
+        "script_data": str(data),
+        "script_args": ["--train_file", "{data}/train.txt", "--tokenizer_name", str(tokenizer),
+                        "--config_overrides", json.dumps({"hidden_size": 64, "num_hidden_layers": 2,
+                                                          "num_attention_heads": 2, "intermediate_size": 128}),
+                        "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--max_steps", "20",
+                        "--learning_rate", "1e-3", "--warmup_steps", "2", "--logging_steps", "5",
+                        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+                        "--remove_unused_columns", "false"],
+    }
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "script.log", timeout=15 * 60)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert re.search(r"step 20/20 \(100%\) \| loss \d", proc.stdout)
+    found = re.findall(r"results will come back to (\S+?)\"?,?$", proc.stdout, re.M)
+    run_dir = Path(found[-1])
+    assert run_dir.name.startswith("my_run_mlm-")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["trainer_world_size"] == 2
+    assert metrics["steps"] == 20 and metrics["last_loss"] < metrics["first_loss"]
+    assert (run_dir / "model.safetensors").is_file()  # the script's own trainer.save_model(output_dir)
+    ds = json.loads((run_dir / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] == "auto"
+
+
+def test_user_script_args_contradicting_the_cluster_are_refused(tmp_path):
+    """--bf16 on a CPU inventory is refused before anything runs, with the same message as -e precision=bf16."""
+    script = tmp_path / "s.py"
+    script.write_text("print('never runs')\n")
+    extra = {"script": str(script), "script_args": "--bf16 --max_steps 10"}
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "bad.log", timeout=5 * 60)
+    assert proc.returncode != 0
+    assert re.search(r"error: .*bf16", proc.stdout), proc.stdout[-3000:]
+    assert "Launch deepspeed" not in proc.stdout
