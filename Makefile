@@ -7,7 +7,7 @@ BIN      := $(VENV)/bin
 NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup provision demo lint test unit
+.PHONY: setup provision demo lint test unit cluster-test
 
 $(BIN)/ansible-playbook: requirements.txt
 	@echo "== controller tools -> $(VENV) (ansible, ansible-lint, pytest)"
@@ -36,3 +36,8 @@ unit:
 
 test: lint provision
 	$(MAKE) unit DSC_E2E=1
+
+# Multi-node scenario (README "Testing multi-node"): 3 podman containers, site.yml + train.yml in both launch modes,
+# then molecule/cluster/verify.py. Needs root and podman; about 15 minutes on 2 cores. Not part of `test`.
+cluster-test: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH molecule/cluster/run.sh test

@@ -1,0 +1,141 @@
+"""Verify of the multi-node scenario (molecule/cluster/run.sh): asserts on what the converge step really produced.
+
+Run by `run.sh verify` (pytest) after `run.sh converge`, against the same containers and state directory.
+"""
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+STATE = Path(os.environ.get("DSC_CLUSTER_STATE", "/var/tmp/dsc-cluster"))
+INVENTORY = HERE / "inventory"
+MODES = ["pdsh", "ansible"]
+
+
+def inventory():
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    groups = {g: list((hosts[g].get("hosts") or {}).keys()) for g in ("head", "workers")}
+    default_slots = yaml.safe_load((INVENTORY / "group_vars" / "all.yml").read_text())["slots"]
+    nodes = list(dict.fromkeys(groups["head"] + groups["workers"]))
+    allhosts = {**(hosts["head"]["hosts"]), **(hosts["workers"]["hosts"])}
+    slots = {n: int((allhosts[n] or {}).get("slots", default_slots)) for n in nodes}
+    return nodes, slots
+
+
+def run_dir(mode):
+    runs = sorted((STATE / "outputs" / mode).glob("cluster-*"))
+    assert runs, f"no run came back for launcher={mode} under {STATE / 'outputs' / mode}"
+    return runs[-1]
+
+
+def recap(text):
+    """PLAY RECAP lines -> {host: {ok: n, changed: n, ...}} summed over every recap in the text."""
+    out = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", text, re.M):
+        counts = out.setdefault(host, {})
+        for k, v in re.findall(r"(\w+)=(\d+)", fields):
+            counts[k] = counts.get(k, 0) + int(v)
+    return out
+
+
+def playbook(*args):
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    return subprocess.run(["ansible-playbook", "-i", str(INVENTORY), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_world_size_is_sum_of_slots_and_ranks_on_every_node(mode):
+    nodes, slots = inventory()
+    m = json.loads((run_dir(mode) / "metrics.json").read_text())
+    assert m["world_size"] == sum(slots.values()) == m["trainer_world_size"]
+    hosts = [r["hostname"] for r in m["ranks"]]
+    assert len(hosts) == m["world_size"]
+    # each node ran exactly its slots' worth of ranks (container host names are the inventory names)
+    assert {h: hosts.count(h) for h in set(hosts)} == slots
+    # and the ranks saw different data
+    assert len({r["first_batches_sha256"] for r in m["ranks"]}) == m["world_size"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_loss_fell(mode):
+    m = json.loads((run_dir(mode) / "metrics.json").read_text())
+    assert m["steps"] > 0
+    assert m["last_loss"] < m["first_loss"], m
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_model_came_back(mode):
+    d = run_dir(mode)
+    model = d / "model"
+    config = json.loads((model / "config.json").read_text())
+    assert config["model_type"] == "bert"
+    weights = list(model.glob("*.safetensors")) + list(model.glob("*.bin"))
+    assert weights and all(w.stat().st_size > 100_000 for w in weights)
+    assert (d / "loss_curve.png").stat().st_size > 0
+    assert (d / "hostfile").read_text().count("slots=") == len(inventory()[0])
+
+
+def test_pdsh_launch_went_over_ssh_to_every_node():
+    log = (run_dir("pdsh") / "train.log").read_text()
+    assert "pdsh" in log
+    for node in inventory()[0]:
+        assert f"host={node}" in log
+
+
+def test_ansible_launch_started_every_node_rank():
+    d = run_dir("ansible")
+    nodes, _ = inventory()
+    logs = (d / "train.log").read_text() + "".join((d / f"train-{n}.log").read_text() for n in nodes[1:])
+    for rank, node in enumerate(nodes):
+        assert f"--node_rank={rank}" in logs or f"node_rank={rank}" in logs
+    assert "pdsh" not in (d / "train.log").read_text()
+
+
+def test_second_run_staged_nothing():
+    """The ansible-mode run came second with the same data: no worker copied anything."""
+    log = (STATE / "train-ansible.log").read_text()
+    task = log.split("TASK [Copy the prepared data from the head node]", 1)[1].split("TASK [", 1)[0]
+    _, slots = inventory()
+    for worker in inventory()[0][1:]:
+        assert re.search(rf"skipping: \[{re.escape(worker)}", task), task
+    assert "changed:" not in task
+
+
+def test_site_again_changes_nothing():
+    r = playbook("site.yml")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    text = r.stdout
+    if "playbooks/ssh_mesh.yml" not in (REPO / "site.yml").read_text():
+        r2 = playbook("playbooks/ssh_mesh.yml")
+        assert r2.returncode == 0, r2.stdout[-3000:]
+        text += r2.stdout
+    counts = recap(text)
+    assert set(counts) == set(inventory()[0])
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+def test_head_reaches_every_node_by_name_with_strict_host_keys():
+    nodes, _ = inventory()
+    for node in nodes:
+        r = subprocess.run(["podman", "exec", f"dsc-{nodes[0]}", "ssh", "-o", "BatchMode=yes", "-o",
+                            "StrictHostKeyChecking=yes", node, "hostname"], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.strip() == node, r.stderr
+
+
+def test_node_names_resolve_to_cluster_addresses_everywhere():
+    nodes, _ = inventory()
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    addr = {**{n: v["cluster_address"] for n, v in hosts["head"]["hosts"].items()},
+            **{n: v["cluster_address"] for n, v in hosts["workers"]["hosts"].items()}}
+    for on in nodes:
+        for node in nodes:
+            r = subprocess.run(["podman", "exec", f"dsc-{on}", "getent", "ahostsv4", node],
+                               capture_output=True, text=True, check=True)
+            assert r.stdout.split()[0] == addr[node], (on, node, r.stdout)
