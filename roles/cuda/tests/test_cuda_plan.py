@@ -135,7 +135,7 @@ def test_cuda_118_on_debian12_points_to_the_distro_package(plans):
 def test_unknown_release_and_unsupported_os_are_refused(plans):
     assert "nowhere (not a known CUDA release)" in plans["nv_ubuntu2204_127"]["cuda_plan_error"]
     msg = plans["nv_debian11_126"]["cuda_plan_error"]
-    assert "on debian11" in msg and "On debian11: none" in msg
+    assert "on debian11" in msg and "On debian11: cuda_source=preinstalled (any version)." in msg
 
 
 def test_arm_servers_use_the_sbsa_repository(plans):
