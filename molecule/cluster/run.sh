@@ -23,6 +23,7 @@ net=dsc-cluster
 subnet=10.89.77.0/24
 image=${IMAGE:-localhost/bookworm-node}
 wheelhouse=${WHEELHOUSE:-$HOME/.cache/deepspeed-cluster/wheelhouse}
+export WHEELHOUSE=$wheelhouse
 max_steps=${CLUSTER_MAX_STEPS:-30}
 # name  address  ssh port
 nodes=("head-1 10.89.77.10 22" "worker-1 10.89.77.11 22" "worker-2 10.89.77.12 2222")
@@ -44,6 +45,14 @@ PY
   log "wheelhouse $wheelhouse"
   # shellcheck disable=SC2086
   pip download --quiet --disable-pip-version-check -d "$wheelhouse" $reqs 2> >(grep -v "^WARNING: Location" >&2)
+  # DeepSpeed's source, for the deepspeed role to build the op wheel when its controller cache has none for the key
+  # (deepspeed_sdist_path in inventory/group_vars/all.yml).
+  local ds_version
+  ds_version=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["deepspeed_version"])' \
+    "$repo/roles/deepspeed/defaults/main.yml")
+  pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: --no-build-isolation -d "$wheelhouse" \
+    "deepspeed==$ds_version" 2> >(grep -v "^WARNING: Location" >&2)
+  ln -sf "deepspeed-$ds_version.tar.gz" "$wheelhouse/deepspeed-sdist.tar.gz"
 }
 
 create() {
@@ -81,7 +90,7 @@ converge() {
   t0=$(date +%s)
   log "site.yml"
   playbook site.yml 2>&1 | tee "$state/site.log"
-  # site.yml imports playbooks/ssh_mesh.yml once that lands there; until then run it here.
+  # site.yml imports playbooks/ssh_mesh.yml; a site.yml without it gets it run here.
   if ! grep -q 'playbooks/ssh_mesh.yml' "$repo/site.yml"; then
     playbook playbooks/ssh_mesh.yml 2>&1 | tee -a "$state/site.log"
   fi
