@@ -50,7 +50,7 @@ PY
   local ds_version
   ds_version=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["deepspeed_version"])' \
     "$repo/roles/deepspeed/defaults/main.yml")
-  pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: --no-build-isolation -d "$wheelhouse" \
+  pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$wheelhouse" \
     "deepspeed==$ds_version" 2> >(grep -v "^WARNING: Location" >&2)
   ln -sf "deepspeed-$ds_version.tar.gz" "$wheelhouse/deepspeed-sdist.tar.gz"
 }
