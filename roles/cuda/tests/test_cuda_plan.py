@@ -151,7 +151,7 @@ def test_mirror_and_driver_options(plans):
 
 def test_distro_source(plans):
     plan = plans["distro_debian12_118"]["cuda_plan"]
-    assert plan["packages"] == ["nvidia-cuda-toolkit"] and plan["cuda_home"] == "/usr" and plan["repo_url"] == ""
+    assert plan["packages"] == ["nvidia-cuda-toolkit", "nvidia-cuda-toolkit-gcc"] and plan["cuda_home"] == "/usr" and plan["repo_url"] == ""
     msg = plans["distro_debian12_126"]["cuda_plan_error"]
     assert "cuda_source=distro (11.8)" in msg and "cuda_source=nvidia (12.2" in msg
 
