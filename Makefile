@@ -32,7 +32,7 @@ lint: setup
 # Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
 unit:
 	$(NODE_PY) -m pip install --quiet --disable-pip-version-check pytest==9.2.0
-	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cuda/tests roles/nccl/tests $(PYTEST_ARGS)
+	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cuda/tests roles/nccl/tests roles/node_env/tests roles/cluster_check/tests $(PYTEST_ARGS)
 
 test: lint provision
 	$(MAKE) unit DSC_E2E=1

@@ -125,19 +125,39 @@ def _batch(config, job, world_size, where):
         config["train_batch_size"] = job["train_batch_size"]
 
 
+# Loss-scaling keys of DeepSpeed's fp16 block (deepspeed/runtime/precision_config.py) that mean nothing for bf16.
+FP16_ONLY_KEYS = {"loss_scale", "loss_scale_window", "initial_scale_power", "hysteresis", "consecutive_hysteresis",
+                  "min_loss_scale", "auto_cast", "fp16_master_weights_and_grads"}
+
+
 def _precision(config, job, where):
     precision = job["precision"]
     if precision in ("fp16", "bf16") and job["accelerator"] != "cuda":
         raise JobError(f"precision {precision} needs accelerator cuda, the job's accelerator is {job['accelerator']}",
                        "job precision", "use precision auto or fp32 on cpu")
-    for name in ("fp16", "bf16"):
-        block = config.get(name)
+    blocks = {name: config.get(name) for name in ("fp16", "bf16")}
+    for name, block in blocks.items():
+        if block is not None and not isinstance(block, dict):
+            raise JobError(f"{name} must be a JSON object", where, f'write "{name}": {{"enabled": "auto"}}')
+    concrete = {name: block.get("enabled") for name, block in blocks.items()
+                if block is not None and block.get("enabled") not in (None, AUTO)}
+    if all(concrete.get(name) is True for name in ("fp16", "bf16")):
+        raise JobError("fp16.enabled and bf16.enabled are both true (DeepSpeed runs one of them)", where,
+                       'write "enabled": "auto" in both blocks and choose with -e precision=fp16|bf16')
+    for name, enabled in concrete.items():
+        if bool(enabled) != (precision == name):
+            raise JobError(f"{name}.enabled is {json.dumps(enabled)} but the job's precision is {precision} (the "
+                           f"Trainer runs {'without' if enabled else 'with'} --{name}, and the HF integration refuses the "
+                           "mismatch)", where, f'write "enabled": "auto" and choose with -e precision=...')
+    stray = sorted(set(blocks["bf16"] or {}) & FP16_ONLY_KEYS)
+    if stray:
+        raise JobError(f"bf16 block has fp16-only keys {', '.join(stray)} (bf16 needs no loss scaling)", where,
+                       "move them into the fp16 block or delete them")
+    for name, block in blocks.items():
         if block is None:
             if precision == name:
                 config[name] = {"enabled": True}
             continue
-        if not isinstance(block, dict):
-            raise JobError(f"{name} must be a JSON object", where, f'write "{name}": {{"enabled": "auto"}}')
         block["enabled"] = precision == name
 
 

@@ -95,6 +95,10 @@ converge() {
     playbook playbooks/ssh_mesh.yml 2>&1 | tee -a "$state/site.log"
   fi
   log "site.yml took $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  log "playbooks/check.yml (parity table, ssh, disks, all-reduce health check)"
+  playbook playbooks/check.yml 2>&1 | tee "$state/check.log"
+  log "check.yml took $(( $(date +%s) - t0 )) s"
   for mode in pdsh ansible; do
     t0=$(date +%s)
     log "train.yml launcher=$mode"
@@ -104,6 +108,29 @@ converge() {
       -e train_poll_seconds=5 2>&1 | tee "$state/train-$mode.log"
     log "train.yml launcher=$mode took $(( $(date +%s) - t0 )) s"
   done
+  # A user's own run_mlm.py-style script (README "Your own training script"): the test suite's USER_SCRIPT, its
+  # text file on the head only (script_data), the tokenizer the first run prepared (staged on every node).
+  t0=$(date +%s)
+  log "train.yml -e script=my_run_mlm.py"
+  (cd "$repo" && python3 -c 'import sys; sys.path.insert(0, "."); from train.tests.test_run_script import USER_SCRIPT;
+open(sys.argv[1], "w").write(USER_SCRIPT)' "$state/my_run_mlm.py")
+  podman exec "dsc-head-1" python3 -c 'import os, pydoc_data.topics as t
+os.makedirs("/root/corpus", exist_ok=True)
+lines = [l.strip() for v in t.topics.values() for l in v.splitlines() if len(l.split()) > 6]
+open("/root/corpus/train.txt", "w").write("\n".join(lines[:2000]) + "\n")'
+  local tokenizer
+  tokenizer=$(podman exec dsc-head-1 sh -c 'ls -d /opt/deepspeed-cluster/local/data/*/tokenizer | head -1')
+  rm -rf "$state/outputs/script"
+  playbook train.yml -e "$(python3 -c 'import json, sys; print(json.dumps({
+    "script": sys.argv[1], "script_data": "/root/corpus", "train_output_dir": sys.argv[2], "train_poll_seconds": 5,
+    "script_args": ["--train_file", "{data}/train.txt", "--tokenizer_name", sys.argv[3], "--config_overrides",
+                    json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                "intermediate_size": 128}),
+                    "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--max_steps", "10",
+                    "--learning_rate", "1e-3", "--warmup_steps", "2", "--logging_steps", "5", "--save_strategy", "no",
+                    "--report_to", "none", "--disable_tqdm", "true", "--remove_unused_columns", "false"]}))' \
+    "$state/my_run_mlm.py" "$state/outputs/script" "$tokenizer")" 2>&1 | tee "$state/train-script.log"
+  log "train.yml -e script took $(( $(date +%s) - t0 )) s"
 }
 
 verify() {

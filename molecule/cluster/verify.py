@@ -117,6 +117,7 @@ def test_site_again_changes_nothing():
         assert r2.returncode == 0, r2.stdout[-3000:]
         text += r2.stdout
     counts = recap(text)
+    counts.pop("localhost", None)  # playbooks/check.yml's inventory play runs on the controller
     assert set(counts) == set(inventory()[0])
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
 
@@ -139,3 +140,28 @@ def test_node_names_resolve_to_cluster_addresses_everywhere():
             r = subprocess.run(["podman", "exec", f"dsc-{on}", "getent", "ahostsv4", node],
                                capture_output=True, text=True, check=True)
             assert r.stdout.split()[0] == addr[node], (on, node, r.stdout)
+
+
+def test_check_printed_the_parity_table_and_the_allreduce_table():
+    log = (STATE / "check.log").read_text()
+    nodes, slots = inventory()
+    assert re.search(r"failed=0", log) and not re.search(r"failed=[1-9]", log), log[-3000:]
+    table = log.split("node", 1)[1]
+    for node in nodes:
+        assert re.search(rf"{re.escape(node)}\s+/opt/deepspeed-cluster/venv\s+3\.\d+\.\d+\s+2\.13\.0\+cpu", table), node
+    # all ranks, then each pair of the three nodes, with gloo and the stated formula
+    assert "test (gloo)" in log and "busbw = algbw x 2(n-1)/n" in log
+    assert re.search(rf"all ranks\s+{sum(slots.values())}\s", log)
+    for a, b in (("head-1", "worker-1"), ("head-1", "worker-2"), ("worker-1", "worker-2")):
+        assert re.search(rf"{a} \+ {b}\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.e+-]+\s+[\d.e+-]+\s+ok", log), (a, b)
+
+
+def test_user_script_ran_on_every_node():
+    runs = sorted((STATE / "outputs" / "script").glob("my_run_mlm-*"))
+    assert runs, (STATE / "train-script.log").read_text()[-3000:]
+    m = json.loads((runs[-1] / "metrics.json").read_text())
+    nodes, slots = inventory()
+    assert m["world_size"] == sum(slots.values()) == m["trainer_world_size"]
+    assert sorted({r["hostname"] for r in m["ranks"]}) == sorted(nodes)
+    assert m["steps"] == 10 and m["last_loss"] < m["first_loss"]
+    assert (runs[-1] / "model.safetensors").is_file()

@@ -331,3 +331,44 @@ def test_cli_render_bad_input_exits_2_with_one_line(tmp_path, job, world_size, m
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
     assert message in result.stderr and not out.exists()
+
+
+# ------------------------------------------------------------------------------------------- issue 5 cases 8 and 9
+
+
+def test_case8_train_batch_size_32_on_two_nodes_of_8_slots_needs_64():
+    job = make_job("bert", accelerator="cuda", per_device_train_batch_size=4, gradient_accumulation_steps=1,
+                   train_batch_size=32)
+    with pytest.raises(J.JobError) as err:
+        D.render(job, 2 * 8, TEMPLATES)
+    message = str(err.value)
+    assert "train_batch_size 32 != per_device_train_batch_size 4 x gradient_accumulation_steps 1 x world size 16 " \
+           "= 64" in message
+    assert 'set train_batch_size to 64 or leave it unset (null / "auto")' in message
+
+
+def _template_with(tmp_path, **blocks):
+    raw = json.loads((TEMPLATES / "zero2.json").read_text())
+    raw.update(blocks)
+    (tmp_path / "zero2.json").write_text(json.dumps(raw))
+    return tmp_path
+
+
+def test_case9_fp16_and_bf16_both_enabled_is_refused(tmp_path):
+    templates = _template_with(tmp_path, fp16={"enabled": True}, bf16={"enabled": True})
+    with pytest.raises(J.JobError, match="fp16.enabled and bf16.enabled are both true") as err:
+        D.render(make_job("bert", accelerator="cuda", precision="bf16"), 1, templates)
+    assert "-e precision=fp16|bf16" in str(err.value)
+
+
+def test_case9_fp16_in_the_config_but_not_on_the_trainer_side_is_refused(tmp_path):
+    templates = _template_with(tmp_path, fp16={"enabled": True, "loss_scale": 0})
+    with pytest.raises(J.JobError, match="fp16.enabled is true but the job's precision is fp32 .*without --fp16"):
+        D.render(make_job("bert", accelerator="cuda", precision="fp32"), 1, templates)
+    assert D.render(make_job("bert", accelerator="cuda", precision="fp16"), 1, templates)["fp16"]["enabled"] is True
+
+
+def test_fp16_only_keys_in_a_bf16_block_are_refused(tmp_path):
+    templates = _template_with(tmp_path, bf16={"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16})
+    with pytest.raises(J.JobError, match="bf16 block has fp16-only keys initial_scale_power, loss_scale"):
+        D.render(make_job("bert", accelerator="cuda", precision="bf16"), 1, templates)

@@ -127,12 +127,27 @@ def test_site_yml_again_changes_nothing(main_job, tmp_path):
     assert counts["changed"] == 0 and counts["failed"] == 0, counts
 
 
+def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job, tmp_path):
+    proc = run([str(ANSIBLE_PLAYBOOK), "playbooks/check.yml"], tmp_path / "check.log", timeout=10 * 60)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    text = proc.stdout
+    assert re.search(r"localhost\s+/opt/deepspeed-cluster/venv\s+3\.\d+\.\d+\s+2\.13\.0\+cpu\s+-\s+-\s+0\.\d+\.\d+\s+\d+ ops",
+                     text), text[-3000:]
+    assert "test (gloo)" in text and "busbw = algbw x 2(n-1)/n" in text
+    row = re.search(r"all ranks\s+2\s+16\.0\s+([\d.]+)\s+([\d.e+-]+)\s+([\d.e+-]+)\s+ok", text)
+    assert row, text[-3000:]
+    assert float(row.group(3)) == pytest.approx(float(row.group(2)), rel=0.01)  # n = 2: busbw = algbw x 2(1)/2
+
+
 @pytest.mark.parametrize(
     ("extra", "expect"),
     [
         (["-e", "model=nosuchmodel"], r"nosuchmodel.*bert"),
         (["-e", "model=bert", "-e", "max_steps=-5"], r"max_steps"),
         (["-e", "model=bert", "-e", "dataset_path=/no/such/corpus"], r"/no/such/corpus.*does not exist"),
+        # a node-side preflight failure (cluster_check) also stops before anything is written
+        (["-e", "model=bert", "-e", "cluster_check_min_free_gb=100000000"],
+         r"host localhost: local_ssd_dir \S+ has [\d.]+ GB free, the check wants at least 100000000.0 GB"),
     ],
 )
 def test_bad_input_stops_before_anything_runs(extra, expect, tmp_path):

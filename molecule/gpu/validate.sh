@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU validation of the provisioning roles and the launch path on one GPU machine with no network
-# (docs/gpu-validation.md). Run from the repository root:  scripts/gpu-validate.sh OUTDIR
+# (docs/gpu-validation.md). Run from the repository root:  molecule/gpu/validate.sh OUTDIR
 # Expects .whl/ (wheels + deepspeed sdist + collections.tar.gz, see docs/gpu-validation.md) and inventory/h200.
 set -u -o pipefail
 OUT=${1:-/tmp/gpu-validate}

@@ -1,0 +1,217 @@
+"""Judge the cluster from what every node reported (node_report.py) -- run on the controller, stdlib only.
+
+    python preflight.py nodes  --input IN.json    # parity table, pdsh, disks, caches, the job's ops and GPUs
+    python preflight.py health --input IN.json    # all-reduce table (allreduce.py's results) against thresholds
+
+IN.json for ``nodes``::
+
+    {"head": "head-1", "hosts": ["head-1", "worker-1"],           # hostfile order, head first
+     "multi_node": true, "launcher": "pdsh", "min_free_bytes": 10000000000,
+     "reports": {"head-1": <node_report.py output>, ...},
+     "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null}
+
+IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5}.
+
+Prints the table (and warnings, prefixed ``warning:``) on stdout. Each problem is one line on stderr,
+``host <name>: <what is wrong>; <how to fix>``, and the exit status is 2 when there is any; 0 otherwise.
+"""
+
+import argparse
+import collections
+import json
+import sys
+
+# Columns of the parity table: (title, report key, how to fix a node that differs).
+PARITY = (
+    ("venv", "venv", "give every node the same venv_dir in the inventory (group_vars) and run site.yml"),
+    ("python", "python_version", "install the same Python on every node (the venv is made from the system python3)"),
+    ("torch", "torch", "run site.yml so python_env installs the same torch everywhere"),
+    ("cuda", "torch_cuda", "use the same cuda_version and torch build on every node (cuda, python_env roles)"),
+    ("nccl", "nccl", "run site.yml so the nccl role installs the same NCCL everywhere"),
+    ("deepspeed", "deepspeed", "run site.yml so the deepspeed role installs the same wheel everywhere"),
+    ("ops", "ops", "run site.yml: the deepspeed role builds the same ops for every node"),
+)
+# Environment paths that must be on node-local disk (DESIGN.md: no rank writes a shared cache at start-up).
+LOCAL_PATHS = ("local_ssd_dir", "HF_HOME", "HF_DATASETS_CACHE", "TORCH_EXTENSIONS_DIR")
+# DeepSpeed op each job setting needs pre-built (deepspeed/ops/op_builder): ZeRO-Offload's optimizer is DeepSpeedCPUAdam.
+OPS_FOR_OFFLOAD = {"cpu": "cpu_adam"}
+# bf16 needs compute capability >= 8.0 (Ampere): CUDA's __nv_bfloat16 arithmetic; torch.cuda.is_bf16_supported().
+BF16_MIN_CC = (8, 0)
+
+
+def _shown(value):
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "%d ops" % len(value) if value else "none"
+    return str(value)
+
+
+def parity(reports, hosts, head):
+    """Compare the nodes' reports column by column.
+
+    Args: reports {host: node_report dict}; hosts: node names, head first; head: the head's name.
+    Returns (rows, problems): rows is a list of [host, value per PARITY column] (strings); problems is a list of
+    one-line messages, one per node whose value differs from the majority's (ties go to the group with the head).
+    """
+    rows = [[host] + [_shown(reports[host].get(key)) for _, key, _ in PARITY] for host in hosts]
+    problems = []
+    for title, key, fix in PARITY:
+        groups = collections.OrderedDict()
+        for host in hosts:
+            groups.setdefault(json.dumps(reports[host].get(key), sort_keys=True), []).append(host)
+        if len(groups) < 2:
+            continue
+        reference = max(groups.values(), key=lambda members: (len(members), head in members))
+        ref_value = reports[reference[0]].get(key)
+        for members in groups.values():
+            if members is reference:
+                continue
+            for host in members:
+                value = reports[host].get(key)
+                if key == "ops":
+                    missing = sorted(set(ref_value or []) - set(value or []))
+                    extra = sorted(set(value or []) - set(ref_value or []))
+                    what = "DeepSpeed ops differ (missing %s; extra %s)" % (", ".join(missing) or "none",
+                                                                            ", ".join(extra) or "none")
+                else:
+                    what = "%s is %s, %s on %s" % (title, _shown(value), _shown(ref_value), ", ".join(reference))
+                problems.append("host %s: %s; %s" % (host, what, fix))
+    return rows, problems
+
+
+def table(header, rows):
+    """Plain-text table: header + rows (lists of strings), columns padded to the widest cell."""
+    widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header))]
+    line = lambda row: "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * width for width in widths])] + [line(row) for row in rows])
+
+
+def disks(reports, hosts, min_free_bytes):
+    """Node-local paths: on a network file system -> problem; local_ssd_dir with less than ``min_free_bytes``
+    (bytes) free -> problem; no working POSIX locks in HOME or an HF cache -> warning.
+    Returns (problems, warnings), lists of one-line messages."""
+    problems, warnings = [], []
+    for host in hosts:
+        paths = reports[host].get("paths") or {}
+        for name in LOCAL_PATHS:
+            info = paths.get(name)
+            if info and info.get("network"):
+                problems.append(
+                    "host %s: %s %s is on %s (%s), shared by every node and every rank; point local_ssd_dir at a "
+                    "node-local disk (node_env puts HF_HOME, HF_DATASETS_CACHE and TORCH_EXTENSIONS_DIR under it) "
+                    "and do not override them in node_env_extra" % (host, name, info["path"], info["fs"],
+                                                                    info.get("mount")))
+        ssd = paths.get("local_ssd_dir")
+        if ssd and ssd.get("free_bytes") is not None and ssd["free_bytes"] < min_free_bytes:
+            problems.append("host %s: local_ssd_dir %s has %.1f GB free, the check wants at least %.1f GB; free space "
+                            "there or set cluster_check_min_free_gb" % (host, ssd["path"], ssd["free_bytes"] / 1e9,
+                                                                        min_free_bytes / 1e9))
+        for name in ("HOME",) + LOCAL_PATHS:
+            info = paths.get(name)
+            if info and info.get("locks") is False:
+                warnings.append(
+                    "host %s: file locks do not work in %s %s (%s on %s): HF datasets and filelock hang or fail "
+                    "there; the job keeps its caches on local_ssd_dir, keep your own caches off it too"
+                    % (host, name, info["path"], info["fs"], info.get("mount")))
+    return problems, warnings
+
+
+def launcher(reports, head, multi_node, launcher_name):
+    """pdsh must be on the head when the launcher starts ranks on other nodes over ssh (pdsh -R ssh)."""
+    if multi_node and launcher_name == "pdsh" and not reports[head].get("pdsh"):
+        return ["host %s: pdsh is not installed on the head, and the deepspeed launcher starts the other nodes' ranks "
+                "with it; run site.yml (the base role installs it) or launch with -e launcher=ansible" % head]
+    return []
+
+
+def job_needs(reports, hosts, job):
+    """What the job needs from every node: pre-built ops (cpu_adam for optimizer offload) and bf16-capable GPUs.
+    Returns a list of one-line problems."""
+    problems = []
+    if not job:
+        return problems
+    op = OPS_FOR_OFFLOAD.get(job.get("offload_optimizer") or "none")
+    for host in hosts:
+        report = reports[host]
+        if op and op not in (report.get("ops") or []):
+            problems.append(
+                "host %s: offload_optimizer=%s needs the DeepSpeed op %s, which is not pre-built there (ds_report: "
+                "not installed); run site.yml (the deepspeed role builds it with DS_BUILD_OPS=1) or set "
+                "-e offload_optimizer=none" % (host, job["offload_optimizer"], op))
+        if job.get("precision") == "bf16":
+            for gpu in report.get("gpus") or []:
+                major, minor = (int(part) for part in str(gpu["cc"]).split(".")[:2])
+                if (major, minor) < BF16_MIN_CC:
+                    problems.append(
+                        "host %s: GPU %s (%s) has compute capability %s and bf16 needs >= %d.%d; use "
+                        "-e precision=fp16 (or fp32)" % (host, gpu["index"], gpu["name"], gpu["cc"], *BF16_MIN_CC))
+    return problems
+
+
+def check_nodes(data):
+    """The whole node preflight. Returns (text for stdout, problems)."""
+    reports, hosts, head = data["reports"], data["hosts"], data["head"]
+    rows, problems = parity(reports, hosts, head)
+    disk_problems, warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0))
+    problems += disk_problems
+    problems += launcher(reports, head, bool(data.get("multi_node")), data.get("launcher") or "pdsh")
+    problems += job_needs(reports, hosts, data.get("job"))
+    text = table(["node"] + [title for title, _, _ in PARITY], rows)
+    return "\n".join([text] + ["warning: " + w for w in warnings]), problems
+
+
+def check_health(data):
+    """Judge allreduce.py's results. A measurement below ``min_busbw_gbps`` (GB/s) is a problem; so is a pair of
+    nodes below ``relative`` x the fastest pair (the slow pair is named, and a node in every slow pair is named as
+    the slow node; the fastest pair, not the median, is the reference because one slow node of n is in n - 1 of the
+    n(n - 1)/2 pairs, most of them for n = 3). Returns (text, problems)."""
+    results = data["results"]
+    floor = float(data.get("min_busbw_gbps") or 0)
+    relative = float(data.get("relative") or 0)
+    rows, problems = [], []
+    tests = [dict(test, label="all ranks") for test in results.get("all", [])]
+    tests += [dict(test, label=" + ".join(test["nodes"])) for test in results.get("pairs", [])]
+    pairs = results.get("pairs", [])
+    best = max((p["busbw_gbps"] for p in pairs), default=None)
+    slow_pairs = []
+    for test in tests:
+        verdict = "ok"
+        if test["busbw_gbps"] < floor:
+            verdict = "SLOW (< %g GB/s)" % floor
+        elif "nodes" in test and best and test["busbw_gbps"] < relative * best:
+            verdict = "SLOW (< %g x fastest pair %.3g GB/s)" % (relative, best)
+        if verdict != "ok":
+            if "nodes" in test:
+                slow_pairs.append(test["nodes"])
+            problems.append("%s: all-reduce bus bandwidth %.3g GB/s is %s; check the network between them "
+                            "(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME, link speed) or lower cluster_check_min_busbw_gbps"
+                            % (test["label"], test["busbw_gbps"], verdict.lower()))
+        rows.append([test["label"], str(test["ranks"]), "%.1f" % (test["bytes"] / 2 ** 20),
+                     "%.3f" % (test["time_s"] * 1e3), "%.3g" % test["algbw_gbps"], "%.3g" % test["busbw_gbps"],
+                     verdict])
+    if len(slow_pairs) > 1:
+        common = set.intersection(*(set(p) for p in slow_pairs))
+        for node in sorted(common):
+            problems.append("host %s: every slow pair includes it; check its network interface and link" % node)
+    text = table(["test (%s)" % results.get("backend", "?"), "ranks", "MiB", "ms", "algbw GB/s", "busbw GB/s",
+                  "verdict"], rows)
+    return text + "\nbusbw = algbw x 2(n-1)/n, algbw = bytes / time (nccl-tests doc/PERFORMANCE.md, all-reduce)", problems
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["nodes", "health"])
+    parser.add_argument("--input", required=True)
+    args = parser.parse_args(argv)
+    with open(args.input, encoding="utf-8") as handle:
+        data = json.load(handle)
+    text, problems = (check_nodes if args.what == "nodes" else check_health)(data)
+    print(text)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 2 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""roles/cluster_check/files/allreduce.py for real: three "nodes" of one rank each (three torch.distributed.run
+agents with node ranks 0..2, as deepspeed.launcher.launch sets CROSS_RANK), gloo on this CPU machine."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files", "allreduce.py")
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("nnodes", [2, 3])
+def test_all_ranks_and_every_pair_of_nodes(tmp_path, nnodes):
+    port, out = free_port(), tmp_path / "allreduce.json"
+    names = ["n%d" % i for i in range(nnodes)]
+    procs = []
+    for node_rank in range(nnodes):
+        env = dict(os.environ, CROSS_RANK=str(node_rank), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc_per_node", "1",
+             "--node_rank", str(node_rank), "--master_addr", "127.0.0.1", "--master_port", str(port),
+             SCRIPT, "--out", str(out), "--nodes", ",".join(names), "--mib", "1", "--iters", "3", "--warmup", "1"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = [proc.communicate(timeout=300)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), logs
+    results = json.loads(out.read_text())
+    assert results["backend"] == "gloo" and results["world_size"] == nnodes and results["nodes"] == names
+    (whole,) = results["all"]
+    assert whole["ranks"] == nnodes and whole["bytes"] == 2 ** 20
+    # nccl-tests' all-reduce formulas
+    assert whole["algbw_gbps"] == pytest.approx(whole["bytes"] / whole["time_s"] / 1e9)
+    assert whole["busbw_gbps"] == pytest.approx(whole["algbw_gbps"] * 2 * (nnodes - 1) / nnodes)
+    pairs = [tuple(p["nodes"]) for p in results["pairs"]]
+    assert pairs == [("n0", "n1"), ("n0", "n2"), ("n1", "n2")][:1 if nnodes == 2 else 3]
+    pairs = {tuple(p["nodes"]): p for p in results["pairs"]}
+    for pair in pairs.values():
+        assert pair["ranks"] == 2 and pair["busbw_gbps"] == pytest.approx(pair["algbw_gbps"]) and pair["time_s"] > 0

@@ -1,0 +1,186 @@
+"""roles/cluster_check/files/preflight.py and node_report.py: the node comparisons of issue 5's cases, on reports
+shaped exactly like node_report.py's output (one real report of this machine, the others edited from it)."""
+
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files")
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(FILES, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+preflight = load("preflight")
+node_report = load("node_report")
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory):
+    """node_report.py run for real with this interpreter, as the role runs it."""
+    local = tmp_path_factory.mktemp("ssd")
+    request = {"accelerator": "cpu", "paths": {"HOME": "~", "local_ssd_dir": str(local),
+                                               "HF_HOME": str(local / "hf"),
+                                               "HF_DATASETS_CACHE": str(local / "hf" / "datasets"),
+                                               "TORCH_EXTENSIONS_DIR": str(local / "torch_extensions")}}
+    out = subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cluster(report, *names):
+    return {name: copy.deepcopy(report) for name in names}
+
+
+def test_node_report_describes_this_machine(real_report):
+    assert real_report["venv"] == sys.prefix
+    assert real_report["python_version"] == "%d.%d.%d" % sys.version_info[:3]
+    ssd = real_report["paths"]["local_ssd_dir"]
+    assert ssd["exists"] is True and ssd["free_bytes"] > 0 and ssd["locks"] is True and ssd["fs"]
+    # not created yet: described by its nearest existing parent
+    hf = real_report["paths"]["HF_HOME"]
+    assert hf["exists"] is False and hf["checked"] == os.path.realpath(ssd["path"])
+    assert real_report["paths"]["HOME"]["path"] == "~"
+
+
+def test_mount_of_picks_the_longest_mount_point(tmp_path):
+    info = tmp_path / "mountinfo"
+    info.write_text("22 1 254:0 / / rw - ext4 /dev/vda rw\n"
+                    "40 22 0:50 / /home rw - nfs4 server:/home rw\n"
+                    "41 40 0:51 / /home/scratch rw - xfs /dev/nvme0n1 rw\n")
+    assert node_report.mount_of("/home/alice/.cache", str(info)) == ("/home", "nfs4")
+    assert node_report.mount_of("/home/scratch/x", str(info)) == ("/home/scratch", "xfs")
+    assert node_report.mount_of("/opt", str(info)) == ("/", "ext4")
+    assert "nfs4" in node_report.NETWORK_FS and "xfs" not in node_report.NETWORK_FS
+
+
+# Case 5: one worker's venv at another path, or its torch differs -> parity table, named node.
+def test_parity_names_the_node_with_another_venv(real_report):
+    reports = cluster(real_report, "head-1", "worker-1", "worker-2")
+    reports["worker-2"]["venv"] = "/home/alice/venv"
+    rows, problems = preflight.parity(reports, ["head-1", "worker-1", "worker-2"], "head-1")
+    assert len(problems) == 1
+    assert problems[0].startswith("host worker-2: venv is /home/alice/venv, %s on head-1, worker-1" % sys.prefix)
+    assert "venv_dir" in problems[0]
+    assert [row[0] for row in rows] == ["head-1", "worker-1", "worker-2"] and rows[2][1] == "/home/alice/venv"
+
+
+def test_parity_names_the_node_with_another_torch_and_ties_go_to_the_head(real_report):
+    reports = cluster(dict(real_report, torch="2.13.0+cpu"), "head-1", "worker-1")
+    reports["worker-1"]["torch"] = "2.4.0+cpu"
+    _, problems = preflight.parity(reports, ["head-1", "worker-1"], "head-1")
+    assert problems == ["host worker-1: torch is 2.4.0+cpu, 2.13.0+cpu on head-1; run site.yml so python_env installs "
+                        "the same torch everywhere"]
+
+
+def test_parity_passes_identical_nodes_and_prints_a_table(real_report):
+    reports = cluster(real_report, "head-1", "worker-1")
+    rows, problems = preflight.parity(reports, ["head-1", "worker-1"], "head-1")
+    assert problems == []
+    text = preflight.table(["node"] + [c[0] for c in preflight.PARITY], rows)
+    assert text.splitlines()[0].split() == ["node", "venv", "python", "torch", "cuda", "nccl", "deepspeed", "ops"]
+    assert len(text.splitlines()) == 4
+
+
+# Case 2: pdsh missing on the head.
+def test_pdsh_missing_on_the_head_is_named_only_when_pdsh_launches(real_report):
+    reports = cluster(real_report, "head-1", "worker-1")
+    reports["head-1"]["pdsh"] = None
+    assert "host head-1: pdsh is not installed" in preflight.launcher(reports, "head-1", True, "pdsh")[0]
+    assert preflight.launcher(reports, "head-1", True, "ansible") == []
+    assert preflight.launcher(reports, "head-1", False, "pdsh") == []
+
+
+# Case 11: optimizer offload without cpu_adam on one node; extensions dir on a shared home.
+def test_offload_without_cpu_adam_names_the_node(real_report):
+    reports = cluster(real_report, "head-1", "worker-1")
+    for report in reports.values():
+        report["ops"] = ["cpu_adam", "fused_adam"]
+    reports["worker-1"]["ops"] = ["fused_adam"]
+    problems = preflight.job_needs(reports, ["head-1", "worker-1"], {"offload_optimizer": "cpu", "precision": "fp32"})
+    assert len(problems) == 1 and problems[0].startswith("host worker-1: offload_optimizer=cpu needs the DeepSpeed op "
+                                                         "cpu_adam")
+    assert preflight.job_needs(reports, ["head-1", "worker-1"], {"offload_optimizer": "none"}) == []
+
+
+def test_extensions_dir_on_a_shared_home_is_refused(real_report):
+    reports = cluster(real_report, "head-1")
+    reports["head-1"]["paths"]["TORCH_EXTENSIONS_DIR"].update(path="/home/alice/.cache/torch_extensions",
+                                                              fs="nfs4", network=True, mount="/home")
+    problems, _ = preflight.disks(reports, ["head-1"], 0)
+    assert len(problems) == 1 and problems[0].startswith(
+        "host head-1: TORCH_EXTENSIONS_DIR /home/alice/.cache/torch_extensions is on nfs4 (/home)")
+
+
+# Case 12: HF datasets cache on a shared network home; a home without working file locks.
+def test_datasets_cache_on_nfs_is_refused_and_broken_locks_warned(real_report):
+    reports = cluster(real_report, "head-1", "worker-1")
+    reports["worker-1"]["paths"]["HF_DATASETS_CACHE"].update(fs="nfs", network=True, mount="/home")
+    reports["worker-1"]["paths"]["HOME"].update(fs="nfs", network=True, mount="/home", locks=False)
+    problems, warnings = preflight.disks(reports, ["head-1", "worker-1"], 0)
+    assert [p.split(":")[0] for p in problems] == ["host worker-1"] and "HF_DATASETS_CACHE" in problems[0]
+    assert len(warnings) == 1 and warnings[0].startswith("host worker-1: file locks do not work in HOME ~ (nfs")
+
+
+def test_too_little_free_space_is_refused(real_report):
+    reports = cluster(real_report, "head-1")
+    reports["head-1"]["paths"]["local_ssd_dir"]["free_bytes"] = 2 * 10 ** 9
+    problems, _ = preflight.disks(reports, ["head-1"], 5 * 10 ** 9)
+    assert problems and "has 2.0 GB free, the check wants at least 5.0 GB" in problems[0]
+
+
+# Case 9 (the GPU part): bf16 on a compute-capability 7.0 GPU.
+def test_bf16_on_a_volta_gpu_is_refused(real_report):
+    reports = cluster(real_report, "head-1", "worker-1")
+    reports["head-1"]["gpus"] = [{"index": 0, "name": "NVIDIA H200", "cc": "9.0"}]
+    reports["worker-1"]["gpus"] = [{"index": 0, "name": "Tesla V100-SXM2-32GB", "cc": "7.0"}]
+    problems = preflight.job_needs(reports, ["head-1", "worker-1"], {"precision": "bf16"})
+    assert problems == ["host worker-1: GPU 0 (Tesla V100-SXM2-32GB) has compute capability 7.0 and bf16 needs >= 8.0; "
+                        "use -e precision=fp16 (or fp32)"]
+    assert preflight.job_needs(reports, ["head-1", "worker-1"], {"precision": "fp16"}) == []
+
+
+def test_cli_exit_status_and_lines(real_report, tmp_path):
+    reports = cluster(dict(real_report, deepspeed="0.19.8"), "head-1", "worker-1")
+    reports["worker-1"]["deepspeed"] = "0.15.0"
+    data = {"head": "head-1", "hosts": ["head-1", "worker-1"], "multi_node": True, "launcher": "pdsh",
+            "min_free_bytes": 0, "reports": reports, "job": None}
+    (tmp_path / "in.json").write_text(json.dumps(data))
+    proc = subprocess.run([sys.executable, os.path.join(FILES, "preflight.py"), "nodes", "--input",
+                           str(tmp_path / "in.json")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["host worker-1: deepspeed is 0.15.0, 0.19.8 on head-1; run site.yml so the "
+                                        "deepspeed role installs the same wheel everywhere"]
+    assert proc.stdout.splitlines()[0].startswith("node")
+
+
+def health_result(n, seconds, nbytes=2 ** 24):
+    algbw = nbytes / seconds / 1e9
+    return {"ranks": n, "bytes": nbytes, "time_s": seconds, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (n - 1) / n}
+
+
+def test_health_names_the_slow_pair_and_the_slow_node():
+    pairs = []
+    for a, b, seconds in (("n1", "n2", 0.01), ("n1", "n3", 0.2), ("n2", "n3", 0.2)):
+        pairs.append(dict(health_result(4, seconds), nodes=[a, b]))
+    results = {"backend": "gloo", "all": [health_result(6, 0.05)], "pairs": pairs}
+    text, problems = preflight.check_health({"results": results, "min_busbw_gbps": 0.0, "relative": 0.5})
+    assert [p.split(":")[0] for p in problems] == ["n1 + n3", "n2 + n3", "host n3"]
+    assert "busbw = algbw x 2(n-1)/n" in text and text.count("SLOW") == 2
+    ok_text, ok = preflight.check_health({"results": results, "min_busbw_gbps": 0.0, "relative": 0.01})
+    assert ok == [] and ok_text.count(" ok") == 4
+
+
+def test_health_floor_applies_to_all_ranks():
+    results = {"backend": "gloo", "all": [health_result(2, 1.0)], "pairs": []}  # 16.8 MB/s
+    _, problems = preflight.check_health({"results": results, "min_busbw_gbps": 0.1, "relative": 0.5})
+    assert len(problems) == 1 and problems[0].startswith("all ranks: all-reduce bus bandwidth 0.0168 GB/s")

@@ -1,0 +1,97 @@
+"""Issue 5 cases 6 and 7: what goes into .deepspeed_env, checked the way the DeepSpeed launcher reads it
+(deepspeed/launcher/runner.py splits each line on the first '=', multinode_runner.add_export quotes the value, the
+pdsh runner sends `export KEY=VALUE; ...` to the remote shell) and the way a rank then sees it (sh -c)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+SECRET = "wandb-3f9c1e77d2-not-for-logs"
+
+
+def ansible_playbook():
+    for candidate in (os.environ.get("ANSIBLE_PLAYBOOK"), os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
+                      shutil.which("ansible-playbook")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    pytest.skip("ansible-playbook not found (make setup, or set ANSIBLE_PLAYBOOK)")
+
+
+def render(tmp_path, extra, env=None, verbosity="-v"):
+    out = tmp_path / ".deepspeed_env"
+    variables = {"venv_dir": "/opt/dsc/venv", "local_ssd_dir": str(tmp_path / "ssd"), "accelerator": "cpu",
+                 "node_env_deepspeed_env_path": str(out), "node_env_extra": extra,
+                 "ansible_python_interpreter": sys.executable, "ansible_connection": "local"}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    proc = subprocess.run(
+        [ansible_playbook(), verbosity, "-i", "localhost,", os.path.join(REPO, "roles/node_env/tests/deepspeed_env.yml"),
+         "-e", "@%s" % (tmp_path / "vars.json")],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_STDOUT_CALLBACK="default",
+                 **(env or {})))
+    return proc, out
+
+
+def as_ranks_see_it(path):
+    """{name: value} a rank started by the pdsh runner gets from this file."""
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+
+    runner = PDSHRunner.__new__(PDSHRunner)  # only the export bookkeeping, as runner.py uses it
+    runner.exports = {}
+    lines = path.read_text().split("\n")
+    assert lines[-1] == "" and all(lines[:-1]), "a blank line or a missing final newline: %r" % lines
+    for line in path.read_text().splitlines(keepends=True):
+        key, val = line.split("=", maxsplit=1)  # exactly what deepspeed/launcher/runner.py does
+        runner.add_export(key, val)
+    exports = "".join("export {}={}; ".format(key, val) for key, val in runner.exports.items())  # PDSHRunner.get_cmd
+    script = exports + "".join('printf "%%s\\0" "${%s}"; ' % key for key in runner.exports)
+    values = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
+                            env={"PATH": "/usr/bin:/bin"}).stdout.split("\0")[:-1]
+    return dict(zip(runner.exports, values))
+
+
+def test_case6_values_with_spaces_equals_and_parentheses_reach_the_ranks_unchanged(tmp_path):
+    extra = {"RUN_LABEL": "bert mlm run", "EXTRA_ARGS": "a=b (c)", "NCCL_IB_DISABLE": "1", "GLOO_SOCKET_IFNAME": "eth0"}
+    proc, out = render(tmp_path, extra)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    seen = as_ranks_see_it(out)
+    for key, value in extra.items():
+        assert seen[key] == value
+    assert seen["HF_HOME"] == str(tmp_path / "ssd" / "hf")
+    assert seen["PATH"].startswith("/opt/dsc/venv/bin:")
+
+
+@pytest.mark.parametrize("value,why", [
+    ("$HOME/x", "the value contains a double quote, backquote, backslash or $"),
+    ("line one\nline two", "the value contains a newline"),
+    ("windows\r", "the value contains a newline"),
+    ("trailing blank line\n", "the value contains a newline"),
+    ('say "hi"', "the value contains a double quote, backquote, backslash or $"),
+])
+def test_case6_values_the_launcher_cannot_carry_are_refused_by_name(tmp_path, value, why):
+    proc, out = render(tmp_path, {"GOOD": "ok", "BAD_VALUE": value})
+    assert proc.returncode != 0
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("[ERROR]")]
+    assert len(errors) == 1 and 'Environment variable "BAD_VALUE"' in errors[0] and why in errors[0], errors
+    assert not out.exists()  # nothing half-written
+
+
+def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_the_log(tmp_path):
+    env = {"WANDB_API_KEY": SECRET, "WANDB_PROJECT": "bert mlm", "HF_HOME": "/shared/home/admin/hf",
+           "HF_DATASETS_CACHE": "/shared/home/admin/hf/datasets", "TORCH_EXTENSIONS_DIR": "/shared/home/admin/ext"}
+    proc, out = render(tmp_path, {}, env=env, verbosity="-vvv")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    seen = as_ranks_see_it(out)
+    assert seen["WANDB_API_KEY"] == SECRET and seen["WANDB_PROJECT"] == "bert mlm"
+    # the caches stay node-local (DESIGN.md), whatever the admin's shell says
+    assert seen["HF_HOME"] == str(tmp_path / "ssd" / "hf")
+    assert seen["HF_DATASETS_CACHE"] == str(tmp_path / "ssd" / "hf" / "datasets")
+    assert seen["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "ssd" / "torch_extensions")
+    assert SECRET not in proc.stdout and SECRET not in proc.stderr
+    assert "passed to every rank from your shell: WANDB_API_KEY, WANDB_PROJECT" in proc.stdout
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
