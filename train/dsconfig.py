@@ -148,7 +148,7 @@ def _precision(config, job, where):
         if bool(enabled) != (precision == name):
             raise JobError(f"{name}.enabled is {json.dumps(enabled)} but the job's precision is {precision} (the "
                            f"Trainer runs {'without' if enabled else 'with'} --{name}, and the HF integration refuses the "
-                           "mismatch)", where, f'write "enabled": "auto" and choose with -e precision=...')
+                           "mismatch)", where, 'write "enabled": "auto" and choose with -e precision=...')
     stray = sorted(set(blocks["bf16"] or {}) & FP16_ONLY_KEYS)
     if stray:
         raise JobError(f"bf16 block has fp16-only keys {', '.join(stray)} (bf16 needs no loss scaling)", where,

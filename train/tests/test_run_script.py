@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from train import script_args
-from train.tests.conftest import REPO, ds_config, launch
+from train.tests.conftest import ds_config, launch
 
 USER_SCRIPT = textwrap.dedent('''
     """run_mlm.py in miniature, as a user would write it: nothing here knows about the project."""

@@ -1,21 +1,18 @@
 """Describe one node for the cluster check, as one JSON line on stdout.
 
-Run by roles/cluster_check (ansible.builtin.script) with the node venv's interpreter::
+Run by roles/cluster_check (ansible.builtin.script) with the node venv's interpreter, next to the deepspeed role's
+probe.py (Python, torch and DeepSpeed versions, the pre-built ops), whose output preflight.py merges with this::
 
     <venv>/bin/python node_report.py '{"accelerator": "cpu", "paths": {"local_ssd_dir": "/opt/...", ...}}'
 
-Output keys: ``python`` (sys.executable), ``venv`` (sys.prefix), ``python_version``, ``torch``, ``torch_cuda``,
-``nccl`` (``"2.21.5"`` or null), ``deepspeed``, ``accelerator_name`` and ``ops`` (what DeepSpeed's setup.py
-pre-built, from ``git_version_info_installed.py``: the list ``ds_report`` prints as installed), ``gpus``
-(``[{"index": 0, "name": ..., "cc": "9.0"}]``, empty on CPU), ``pdsh`` (path or null) and ``paths``: for each
-named path its nearest existing directory, file-system type (/proc/self/mountinfo), whether that type is a network
-file system, free bytes, and whether a POSIX lock (fcntl.lockf) can be taken there (null when not tested).
-torch is imported only on accelerator=cuda (GPUs, NCCL); versions are read from package metadata otherwise.
+Output keys: ``python`` (sys.executable), ``venv`` (sys.prefix), ``nccl`` (``"2.21.5"`` or null), ``gpus``
+(``[{"index": 0, "name": ..., "cc": "9.0"}]``, empty on CPU), ``pdsh`` (path or null) and ``paths``: for each named
+path its nearest existing directory, file-system type (/proc/self/mountinfo), whether that type is a network file
+system, free bytes, and whether a POSIX lock (fcntl.lockf) can be taken there (null when not tested). torch is
+imported only on accelerator=cuda (GPUs, NCCL).
 """
 
 import fcntl
-import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
@@ -27,30 +24,6 @@ import tempfile
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "afs", "lustre", "gpfs", "beegfs", "ceph",
               "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.cephfs",
               "fuse.juicefs", "pvfs2", "orangefs", "ocfs2", "gfs2"}
-
-
-def dist_version(name):
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def module_assignments(path):
-    namespace = {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            exec(compile(handle.read(), path, "exec"), namespace)  # noqa: S102 - files written by setup.py
-    except OSError:
-        return {}
-    return {key: value for key, value in namespace.items() if not key.startswith("__")}
-
-
-def package_dir(name):
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return list(spec.submodule_search_locations)[0]
 
 
 def mount_of(path, mountinfo="/proc/self/mountinfo"):
@@ -101,8 +74,10 @@ def describe_path(path):
 
 
 def gpus_and_nccl():
-    import torch  # only on GPU nodes: importing torch takes seconds
-
+    try:
+        import torch  # only on GPU nodes: importing torch takes seconds
+    except ImportError:
+        return [], None
     if not torch.cuda.is_available():
         return [], None
     gpus = []
@@ -115,25 +90,15 @@ def gpus_and_nccl():
 
 def main():
     request = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    torch_dir = package_dir("torch")
-    torch_meta = module_assignments(os.path.join(torch_dir, "version.py")) if torch_dir else {}
-    ds_dir = package_dir("deepspeed")
-    ds_meta = module_assignments(os.path.join(ds_dir, "git_version_info_installed.py")) if ds_dir else {}
     report = {
         "python": sys.executable,
         "venv": sys.prefix,
-        "python_version": "%d.%d.%d" % sys.version_info[:3],
-        "torch": dist_version("torch"),
-        "torch_cuda": torch_meta.get("cuda"),
         "nccl": None,
         "gpus": [],
-        "deepspeed": dist_version("deepspeed"),
-        "accelerator_name": ds_meta.get("accelerator_name"),
-        "ops": sorted(name for name, built in (ds_meta.get("installed_ops") or {}).items() if built),
         "pdsh": shutil.which("pdsh"),
         "paths": {name: describe_path(path) for name, path in sorted((request.get("paths") or {}).items())},
     }
-    if request.get("accelerator") == "cuda" and report["torch"]:
+    if request.get("accelerator") == "cuda":
         report["gpus"], report["nccl"] = gpus_and_nccl()
     print(json.dumps(report))
 

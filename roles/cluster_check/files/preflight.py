@@ -7,6 +7,7 @@ IN.json for ``nodes``::
 
     {"head": "head-1", "hosts": ["head-1", "worker-1"],           # hostfile order, head first
      "multi_node": true, "launcher": "pdsh", "min_free_bytes": 10000000000,
+     "probes": {"head-1": <roles/deepspeed/files/probe.py output>, ...},
      "reports": {"head-1": <node_report.py output>, ...},
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null}
 
@@ -39,6 +40,16 @@ OPS_FOR_OFFLOAD = {"cpu": "cpu_adam"}
 BF16_MIN_CC = (8, 0)
 
 
+def merge(probe, report):
+    """One node's facts: the deepspeed role's probe.py output (versions, pre-built ops) + node_report.py's
+    (venv, NCCL, GPUs, pdsh, paths), flattened to the keys PARITY and the checks below read."""
+    torch = probe.get("torch") or {}
+    deepspeed = probe.get("deepspeed") or {}
+    return dict(report, python_version=probe.get("python_version"), torch=torch.get("version"),
+                torch_cuda=torch.get("cuda"), deepspeed=deepspeed.get("version"),
+                ops=sorted(deepspeed.get("installed_ops") or []), accelerator_name=deepspeed.get("accelerator_name"))
+
+
 def _shown(value):
     if value is None:
         return "-"
@@ -50,7 +61,7 @@ def _shown(value):
 def parity(reports, hosts, head):
     """Compare the nodes' reports column by column.
 
-    Args: reports {host: node_report dict}; hosts: node names, head first; head: the head's name.
+    Args: reports {host: merge() of the node's probe and report}; hosts: node names, head first; head: the head's name.
     Returns (rows, problems): rows is a list of [host, value per PARITY column] (strings); problems is a list of
     one-line messages, one per node whose value differs from the majority's (ties go to the group with the head).
     """
@@ -151,7 +162,8 @@ def job_needs(reports, hosts, job):
 
 def check_nodes(data):
     """The whole node preflight. Returns (text for stdout, problems)."""
-    reports, hosts, head = data["reports"], data["hosts"], data["head"]
+    hosts, head = data["hosts"], data["head"]
+    reports = {host: merge(data["probes"][host], data["reports"][host]) for host in hosts}
     rows, problems = parity(reports, hosts, head)
     disk_problems, warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0))
     problems += disk_problems

@@ -4,8 +4,6 @@ inventory entry point and the real templates/hostfile.j2 through ansible-playboo
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -14,21 +12,10 @@ import yaml
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
-def ansible_playbook():
-    for candidate in (os.environ.get("ANSIBLE_PLAYBOOK"), os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
-                      shutil.which("ansible-playbook")):
-        if candidate and os.path.exists(candidate):
-            return candidate
-    pytest.skip("ansible-playbook not found (make setup, or set ANSIBLE_PLAYBOOK)")
-
-
-def run(tmp_path, inventory):
+def run(run_playbook, tmp_path, inventory):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    proc = subprocess.run(
-        [ansible_playbook(), "-i", str(tmp_path / "hosts.yml"), os.path.join(REPO, "roles/cluster_check/tests/inventory.yml"),
-         "-e", "out_dir=%s" % tmp_path, "-e", "ansible_python_interpreter=%s" % sys.executable],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_STDOUT_CALLBACK="default"))
+    proc = run_playbook("roles/cluster_check/tests/inventory.yml", "-i", str(tmp_path / "hosts.yml"),
+                        "-e", "out_dir=%s" % tmp_path, "-e", "ansible_python_interpreter=%s" % sys.executable)
     facts = json.loads((tmp_path / "facts.json").read_text()) if proc.returncode == 0 else None
     return proc, facts
 
@@ -39,8 +26,8 @@ def inventory(head, workers, hostvars):
                                                   "workers": {"hosts": {w: None for w in workers}}}}}
 
 
-def test_case1_node_in_two_groups_and_a_slot_with_a_trailing_space(tmp_path):
-    proc, facts = run(tmp_path, inventory(["head-1"], ["head-1", "worker-1"],
+def test_case1_node_in_two_groups_and_a_slot_with_a_trailing_space(run_playbook, tmp_path):
+    proc, facts = run(run_playbook, tmp_path, inventory(["head-1"], ["head-1", "worker-1"],
                                           {"head-1": {"slots": "8 "}, "worker-1": {"slots": 8}}))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert facts["hosts"] == ["head-1", "worker-1"] and facts["world_size"] == 16 and facts["include"] == ""
@@ -48,8 +35,8 @@ def test_case1_node_in_two_groups_and_a_slot_with_a_trailing_space(tmp_path):
     assert lines == ["head-1 slots=8", "worker-1 slots=8"]
 
 
-def test_case1_gpu_indices_within_slots_become_the_include_filter(tmp_path):
-    proc, facts = run(tmp_path, inventory(["head-1"], ["worker-1"],
+def test_case1_gpu_indices_within_slots_become_the_include_filter(run_playbook, tmp_path):
+    proc, facts = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1"],
                                           {"head-1": {"slots": 4, "gpu_indices": "2, 3"},
                                            "worker-1": {"slots": 4}}))
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -60,8 +47,8 @@ def test_case1_gpu_indices_within_slots_become_the_include_filter(tmp_path):
 
 
 @pytest.mark.parametrize("indices", [[2, 3], "2,3", [0, 0], "a,b"])
-def test_case1_out_of_range_gpu_indices_are_refused(tmp_path, indices):
-    proc, _ = run(tmp_path, inventory(["head-1"], ["worker-1"],
+def test_case1_out_of_range_gpu_indices_are_refused(run_playbook, tmp_path, indices):
+    proc, _ = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1"],
                                       {"head-1": {"slots": 8}, "worker-1": {"slots": 2, "gpu_indices": indices}}))
     assert proc.returncode != 0
     errors = [line for line in proc.stdout.splitlines() if line.startswith("[ERROR]")]
@@ -71,12 +58,12 @@ def test_case1_out_of_range_gpu_indices_are_refused(tmp_path, indices):
 
 
 @pytest.mark.parametrize("slots", ["eight", 0, "-2", None])
-def test_bad_slots_are_refused_naming_the_host(tmp_path, slots):
-    proc, _ = run(tmp_path, inventory(["head-1"], [], {"head-1": {"slots": slots}}))
+def test_bad_slots_are_refused_naming_the_host(run_playbook, tmp_path, slots):
+    proc, _ = run(run_playbook, tmp_path, inventory(["head-1"], [], {"head-1": {"slots": slots}}))
     assert proc.returncode != 0
     assert "host head-1: slots is" in proc.stdout and "positive integer" in proc.stdout
 
 
-def test_two_heads_are_refused(tmp_path):
-    proc, _ = run(tmp_path, inventory(["head-1", "head-2"], [], {"head-1": {"slots": 1}, "head-2": {"slots": 1}}))
+def test_two_heads_are_refused(run_playbook, tmp_path):
+    proc, _ = run(run_playbook, tmp_path, inventory(["head-1", "head-2"], [], {"head-1": {"slots": 1}, "head-2": {"slots": 1}}))
     assert proc.returncode != 0 and "must put exactly one host in group 'head'; it has 2" in proc.stdout

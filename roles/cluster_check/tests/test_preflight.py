@@ -1,5 +1,6 @@
 """roles/cluster_check/files/preflight.py and node_report.py: the node comparisons of issue 5's cases, on reports
-shaped exactly like node_report.py's output (one real report of this machine, the others edited from it)."""
+shaped exactly like the role's (probe.py + node_report.py run for real on this machine, merged by preflight.merge;
+the other "nodes" are edited copies)."""
 
 import copy
 import importlib.util
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deepspeed", "files", "probe.py")
 
 
 def load(name):
@@ -34,7 +36,9 @@ def real_report(tmp_path_factory):
                                                "TORCH_EXTENSIONS_DIR": str(local / "torch_extensions")}}
     out = subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
                          capture_output=True, text=True, check=True, timeout=120)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    probe = subprocess.run([sys.executable, PROBE], capture_output=True, text=True, check=True, timeout=120)
+    return preflight.merge(json.loads(probe.stdout.strip().splitlines()[-1]),
+                           json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def cluster(report, *names):
@@ -150,10 +154,13 @@ def test_bf16_on_a_volta_gpu_is_refused(real_report):
 
 
 def test_cli_exit_status_and_lines(real_report, tmp_path):
-    reports = cluster(dict(real_report, deepspeed="0.19.8"), "head-1", "worker-1")
-    reports["worker-1"]["deepspeed"] = "0.15.0"
+    probe = {"python_version": "3.11.2", "torch": {"version": "2.13.0+cpu", "cuda": None},
+             "deepspeed": {"version": "0.19.8", "installed_ops": ["cpu_adam"], "accelerator_name": "cpu"}}
+    probes = {"head-1": probe, "worker-1": copy.deepcopy(probe)}
+    probes["worker-1"]["deepspeed"]["version"] = "0.15.0"
+    reports = cluster(real_report, "head-1", "worker-1")
     data = {"head": "head-1", "hosts": ["head-1", "worker-1"], "multi_node": True, "launcher": "pdsh",
-            "min_free_bytes": 0, "reports": reports, "job": None}
+            "min_free_bytes": 0, "probes": probes, "reports": reports, "job": None}
     (tmp_path / "in.json").write_text(json.dumps(data))
     proc = subprocess.run([sys.executable, os.path.join(FILES, "preflight.py"), "nodes", "--input",
                            str(tmp_path / "in.json")], capture_output=True, text=True)

@@ -10,8 +10,6 @@ Nothing is installed or contacted.
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -76,26 +74,14 @@ def all_cases():
     return dict(cases)
 
 
-def ansible_playbook():
-    for candidate in (os.environ.get("ANSIBLE_PLAYBOOK"), os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
-                      shutil.which("ansible-playbook"), os.path.join(os.path.dirname(sys.executable), "ansible-playbook")):
-        if candidate and os.path.exists(candidate):
-            return candidate
-    pytest.skip("ansible-playbook not found (make setup, or set ANSIBLE_PLAYBOOK)")
-
-
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory):
+def plans(tmp_path_factory, run_playbook):
     tmp = tmp_path_factory.mktemp("cuda_plan")
     hosts = {name: dict(hostvars, ansible_connection="local") for name, hostvars in all_cases().items()}
     (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     out = tmp / "plans.json"
-    proc = subprocess.run(
-        [ansible_playbook(), "-i", str(tmp / "hosts.yml"), os.path.join(REPO, "roles/cuda/tests/plan.yml"),
-         "-e", "plan_out=%s" % out, "-e", "ansible_python_interpreter=%s" % sys.executable],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_STDOUT_CALLBACK="default",
-                 ANSIBLE_FORKS="50"))
+    proc = run_playbook("roles/cuda/tests/plan.yml", "-i", str(tmp / "hosts.yml"), "-e", "plan_out=%s" % out,
+                        "-e", "ansible_python_interpreter=%s" % sys.executable, env={"ANSIBLE_FORKS": "50"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 

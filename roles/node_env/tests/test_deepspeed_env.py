@@ -4,7 +4,6 @@ pdsh runner sends `export KEY=VALUE; ...` to the remote shell) and the way a ran
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -14,26 +13,14 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 SECRET = "wandb-3f9c1e77d2-not-for-logs"
 
 
-def ansible_playbook():
-    for candidate in (os.environ.get("ANSIBLE_PLAYBOOK"), os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
-                      shutil.which("ansible-playbook")):
-        if candidate and os.path.exists(candidate):
-            return candidate
-    pytest.skip("ansible-playbook not found (make setup, or set ANSIBLE_PLAYBOOK)")
-
-
-def render(tmp_path, extra, env=None, verbosity="-v"):
+def render(run_playbook, tmp_path, extra, env=None, verbosity="-v"):
     out = tmp_path / ".deepspeed_env"
     variables = {"venv_dir": "/opt/dsc/venv", "local_ssd_dir": str(tmp_path / "ssd"), "accelerator": "cpu",
                  "node_env_deepspeed_env_path": str(out), "node_env_extra": extra,
                  "ansible_python_interpreter": sys.executable, "ansible_connection": "local"}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    proc = subprocess.run(
-        [ansible_playbook(), verbosity, "-i", "localhost,", os.path.join(REPO, "roles/node_env/tests/deepspeed_env.yml"),
-         "-e", "@%s" % (tmp_path / "vars.json")],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_STDOUT_CALLBACK="default",
-                 **(env or {})))
+    proc = run_playbook("roles/node_env/tests/deepspeed_env.yml", verbosity, "-i", "localhost,",
+                        "-e", "@%s" % (tmp_path / "vars.json"), env=env)
     return proc, out
 
 
@@ -55,9 +42,9 @@ def as_ranks_see_it(path):
     return dict(zip(runner.exports, values))
 
 
-def test_case6_values_with_spaces_equals_and_parentheses_reach_the_ranks_unchanged(tmp_path):
+def test_case6_values_with_spaces_equals_and_parentheses_reach_the_ranks_unchanged(run_playbook, tmp_path):
     extra = {"RUN_LABEL": "bert mlm run", "EXTRA_ARGS": "a=b (c)", "NCCL_IB_DISABLE": "1", "GLOO_SOCKET_IFNAME": "eth0"}
-    proc, out = render(tmp_path, extra)
+    proc, out = render(run_playbook, tmp_path, extra)
     assert proc.returncode == 0, proc.stdout[-3000:]
     seen = as_ranks_see_it(out)
     for key, value in extra.items():
@@ -73,18 +60,18 @@ def test_case6_values_with_spaces_equals_and_parentheses_reach_the_ranks_unchang
     ("trailing blank line\n", "the value contains a newline"),
     ('say "hi"', "the value contains a double quote, backquote, backslash or $"),
 ])
-def test_case6_values_the_launcher_cannot_carry_are_refused_by_name(tmp_path, value, why):
-    proc, out = render(tmp_path, {"GOOD": "ok", "BAD_VALUE": value})
+def test_case6_values_the_launcher_cannot_carry_are_refused_by_name(run_playbook, tmp_path, value, why):
+    proc, out = render(run_playbook, tmp_path, {"GOOD": "ok", "BAD_VALUE": value})
     assert proc.returncode != 0
     errors = [line for line in proc.stdout.splitlines() if line.startswith("[ERROR]")]
     assert len(errors) == 1 and 'Environment variable "BAD_VALUE"' in errors[0] and why in errors[0], errors
     assert not out.exists()  # nothing half-written
 
 
-def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_the_log(tmp_path):
+def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_the_log(run_playbook, tmp_path):
     env = {"WANDB_API_KEY": SECRET, "WANDB_PROJECT": "bert mlm", "HF_HOME": "/shared/home/admin/hf",
            "HF_DATASETS_CACHE": "/shared/home/admin/hf/datasets", "TORCH_EXTENSIONS_DIR": "/shared/home/admin/ext"}
-    proc, out = render(tmp_path, {}, env=env, verbosity="-vvv")
+    proc, out = render(run_playbook, tmp_path, {}, env=env, verbosity="-vvv")
     assert proc.returncode == 0, proc.stdout[-3000:]
     seen = as_ranks_see_it(out)
     assert seen["WANDB_API_KEY"] == SECRET and seen["WANDB_PROJECT"] == "bert mlm"
