@@ -4,7 +4,6 @@ local connection: the parity table has a row per node (a node listed in two grou
 names resolve nowhere, so the preflight must stop with the message that names the head, the entry and the fix.
 With -e cluster_check_launcher=ansible (no ssh between nodes) the same inventory passes."""
 
-import os
 import re
 import sys
 
