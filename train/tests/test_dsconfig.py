@@ -228,10 +228,11 @@ def test_concrete_bad_warmup_in_a_template_is_refused(tmp_path):
         (tmp_path / "zero2.json").write_text(json.dumps(raw))
         with pytest.raises(J.JobError, match="warmup_num_steps .* is not a positive integer"):
             D.render(make_job("bert"), 1, tmp_path)
+    job = make_job("bert", warmup_steps=20)
     raw["scheduler"]["params"]["warmup_num_steps"] = 5  # positive but not the job's 20: the Trainer would refuse
     (tmp_path / "zero2.json").write_text(json.dumps(raw))
     with pytest.raises(J.JobError, match="warmup_num_steps is 5 but the job's warmup_steps is 20"):
-        D.render(make_job("bert"), 1, tmp_path)
+        D.render(job, 1, tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------ batch, precision
