@@ -67,3 +67,26 @@ def test_bad_slots_are_refused_naming_the_host(run_playbook, tmp_path, slots):
 def test_two_heads_are_refused(run_playbook, tmp_path):
     proc, _ = run(run_playbook, tmp_path, inventory(["head-1", "head-2"], [], {"head-1": {"slots": 1}, "head-2": {"slots": 1}}))
     assert proc.returncode != 0 and "must put exactly one host in group 'head'; it has 2" in proc.stdout
+
+
+def test_slots_of_a_cuda_node_without_slots_are_its_gpu_count(run_playbook, tmp_path):
+    """No slots in the inventory on an accelerator=cuda node: nvidia-smi's GPU count (a stand-in here) becomes its
+    slots fact, counted once per run; a CPU node without slots is still refused."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n'\n")
+    fake.chmod(0o755)
+    inv = inventory(["head-1"], ["worker-1"], {"head-1": {"slots": 2, "accelerator": "cuda"},
+                                               "worker-1": {"accelerator": "cuda"}})
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    proc = run_playbook("roles/cluster_check/tests/inventory.yml", "-i", str(tmp_path / "hosts.yml"),
+                        "-e", "out_dir=%s" % tmp_path, "-e", "ansible_python_interpreter=%s" % sys.executable,
+                        env={"PATH": "%s:%s" % (bin_dir, os.environ["PATH"])})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    facts = json.loads((tmp_path / "facts.json").read_text())
+    assert facts["ranks"] == {"head-1": 2, "worker-1": 3} and facts["world_size"] == 5
+    lines = [line for line in (tmp_path / "hostfile").read_text().splitlines() if not line.startswith("#")]
+    assert lines == ["head-1 slots=2", "worker-1 slots=3"]
+    proc, _ = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1"], {"head-1": {"slots": 2}, "worker-1": {}}))
+    assert proc.returncode != 0 and "host worker-1: slots is \"not set\"" in proc.stdout
