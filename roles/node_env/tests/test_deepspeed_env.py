@@ -13,13 +13,13 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 SECRET = "wandb-3f9c1e77d2-not-for-logs"
 
 
-def render(run_playbook, tmp_path, extra, env=None, verbosity="-v"):
+def render(run_playbook, tmp_path, extra, env=None, verbosity=("-v",)):
     out = tmp_path / ".deepspeed_env"
     variables = {"venv_dir": "/opt/dsc/venv", "local_ssd_dir": str(tmp_path / "ssd"), "accelerator": "cpu",
                  "node_env_deepspeed_env_path": str(out), "node_env_extra": extra,
                  "ansible_python_interpreter": sys.executable, "ansible_connection": "local"}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    proc = run_playbook("roles/node_env/tests/deepspeed_env.yml", verbosity, "-i", "localhost,",
+    proc = run_playbook("roles/node_env/tests/deepspeed_env.yml", *verbosity, "-i", "localhost,",
                         "-e", "@%s" % (tmp_path / "vars.json"), env=env)
     return proc, out
 
@@ -71,7 +71,7 @@ def test_case6_values_the_launcher_cannot_carry_are_refused_by_name(run_playbook
 def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_the_log(run_playbook, tmp_path):
     env = {"WANDB_API_KEY": SECRET, "WANDB_PROJECT": "bert mlm", "HF_HOME": "/shared/home/admin/hf",
            "HF_DATASETS_CACHE": "/shared/home/admin/hf/datasets", "TORCH_EXTENSIONS_DIR": "/shared/home/admin/ext"}
-    proc, out = render(run_playbook, tmp_path, {}, env=env, verbosity="-vvv")
+    proc, out = render(run_playbook, tmp_path, {}, env=env, verbosity=("-vvv", "--diff"))  # --diff: the file's text would show
     assert proc.returncode == 0, proc.stdout[-3000:]
     seen = as_ranks_see_it(out)
     assert seen["WANDB_API_KEY"] == SECRET and seen["WANDB_PROJECT"] == "bert mlm"
