@@ -43,3 +43,17 @@ def test_preflight_passes_the_same_nodes_without_ssh_launch(run_playbook, invent
                         "-e", "cluster_check_launcher=ansible")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "Show the nodes side by side" in proc.stdout
+
+
+def test_preflight_names_an_unreachable_node(run_playbook, inventory):
+    hosts = yaml.safe_load(open(inventory))
+    hosts["all"]["children"]["workers"]["hosts"]["worker-9"] = {
+        "ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}  # nothing listens on port 1
+    with open(inventory, "w") as handle:
+        yaml.safe_dump(hosts, handle)
+    proc = run_playbook("playbooks/check.yml", "-i", inventory, "-e", "cluster_check_health=false",
+                        "-e", "cluster_check_launcher=ansible")
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("[ERROR]: Task failed: Action failed")]
+    assert proc.returncode != 0 and len(errors) == 1, proc.stdout[-3000:]
+    assert "host worker-9 did not report: unreachable or failed above" in errors[0]
+    assert "Traceback" not in proc.stdout and "HostVarsVars" not in proc.stdout
