@@ -31,6 +31,7 @@ def test_case1_node_in_two_groups_and_a_slot_with_a_trailing_space(run_playbook,
                                           {"head-1": {"slots": "8 "}, "worker-1": {"slots": 8}}))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert facts["hosts"] == ["head-1", "worker-1"] and facts["world_size"] == 16 and facts["include"] == ""
+    assert facts["master_addr"] == "head-1"  # no cluster_address / ansible_host in this inventory: the name
     lines = [line for line in (tmp_path / "hostfile").read_text().splitlines() if not line.startswith("#")]
     assert lines == ["head-1 slots=8", "worker-1 slots=8"]
 
