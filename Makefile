@@ -32,11 +32,13 @@ lint: setup
 # Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
 unit:
 	$(NODE_PY) -m pip install --quiet --disable-pip-version-check pytest==9.2.0
-	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cuda/tests roles/nccl/tests roles/node_env/tests roles/cluster_check/tests $(PYTEST_ARGS)
+	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cuda/tests roles/nccl/tests roles/deepspeed/tests roles/node_env/tests roles/cluster_check/tests $(PYTEST_ARGS)
 
-# Everything CI runs (.ci/run): lint, provision this machine, pytest (unit + end-to-end), then the 3-node scenario.
+# Everything CI runs (.ci/run): lint, provision this machine, pytest (unit + end-to-end), the roles' molecule
+# scenarios, then the 3-node scenario.
 test: lint provision
 	$(MAKE) unit DSC_E2E=1
+	$(MAKE) molecule
 	$(MAKE) cluster-test
 
 # Multi-node scenario (README "Testing multi-node"): 3 podman containers, site.yml, check.yml, train.yml in both launch
@@ -45,10 +47,9 @@ test: lint provision
 cluster-test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH molecule/cluster/run.sh test
 
-# Role scenarios in podman containers (README "GPU nodes"): cuda preinstalled + support matrix (~4 min), cuda distro
-# (the real CUDA 11.8 from Debian non-free: 1.6 GB download, ~8 min). Needs root, podman, runc and the
-# localhost/bookworm-node image (molecule/images/build.sh). Not part of `test`.
+# The roles' molecule scenarios in podman containers (README "Tests"): cuda preinstalled + support matrix, cuda distro
+# (the real CUDA 11.8 from Debian non-free: 1.6 GB download), python_env (air-gapped wheelhouse), nccl (wheel), deepspeed
+# (ops from the wheel `provision` cached), node_env. Needs root; installs podman, debootstrap and runc with apt when
+# missing and builds the node image. `make molecule SCENARIOS="cuda/distro nccl"` runs some.
 molecule: setup
-	$(BIN)/pip install --quiet --disable-pip-version-check molecule==26.10.0 "molecule-plugins[podman]==26.10.12"
-	cd roles/cuda && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s preinstalled
-	cd roles/cuda && PATH=$(CURDIR)/$(BIN):$$PATH molecule test -s distro
+	PATH=$(CURDIR)/$(BIN):$$PATH molecule/roles.sh $(SCENARIOS)

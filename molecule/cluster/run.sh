@@ -31,33 +31,9 @@ export ANSIBLE_ROLES_PATH=$repo/roles ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 inv=$here/inventory
 log() { printf '== %s %s\n' "$(date +%T)" "$*"; }
 
-# Torch and the HF stack for the nodes' venvs, downloaded through this machine's pip configuration (torch 2.13.0
-# CPU build); the versions are python_env's pins, read from its defaults.
-wheelhouse() {
-  mkdir -p "$wheelhouse"
-  local reqs
-  reqs=$(python3 - "$repo/roles/python_env/defaults/main.yml" <<'PY'
-import sys, yaml
-d = yaml.safe_load(open(sys.argv[1]))
-print(f"torch=={d['python_env_torch_version']}+cpu", *d['python_env_packages'], "pip")
-PY
-)
-  log "wheelhouse $wheelhouse"
-  # shellcheck disable=SC2086
-  pip download --quiet --disable-pip-version-check -d "$wheelhouse" $reqs 2> >(grep -v "^WARNING: Location" >&2)
-  # DeepSpeed's source, for the deepspeed role to build the op wheel when its controller cache has none for the key
-  # (deepspeed_sdist_path in inventory/group_vars/all.yml).
-  local ds_version
-  ds_version=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["deepspeed_version"])' \
-    "$repo/roles/deepspeed/defaults/main.yml")
-  pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$wheelhouse" \
-    "deepspeed==$ds_version" 2> >(grep -v "^WARNING: Location" >&2)
-  ln -sf "deepspeed-$ds_version.tar.gz" "$wheelhouse/deepspeed-sdist.tar.gz"
-}
-
 create() {
   "$repo/molecule/images/build.sh"
-  wheelhouse
+  "$repo/molecule/images/wheelhouse.sh" "$wheelhouse"
   mkdir -p "$state"
   [[ -f $state/id_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C dsc-cluster-controller -f "$state/id_ed25519"
   podman network exists "$net" || podman network create --subnet "$subnet" "$net" >/dev/null

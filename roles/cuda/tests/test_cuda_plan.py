@@ -70,6 +70,10 @@ def all_cases():
         case("pre_ubuntu2404_130", "ubuntu2404", "13.0", source="preinstalled"),
         case("pre_rocky9_118", "rocky9", "11.8", source="preinstalled"),
         case("bad_unquoted", "ubuntu2204", 12.1),
+        case("cc_override", "ubuntu2404", "12.8", source="preinstalled",
+             cuda_host_compiler={"CC": "/usr/bin/gcc-13", "CXX": "/usr/bin/g++-13"}),
+        case("cc_relative", "ubuntu2404", "12.8", source="preinstalled", cuda_host_compiler={"CC": "gcc-13"}),
+        case("cc_other_key", "ubuntu2404", "12.8", source="preinstalled", cuda_host_compiler={"NVCC_CCBIN": "/usr/bin/gcc"}),
     ]
     return dict(cases)
 
@@ -149,3 +153,19 @@ def test_preinstalled_accepts_any_version(plans):
 
 def test_unquoted_version_is_refused(plans):
     assert "quoted" in plans["bad_unquoted"]["cuda_plan_error"]
+
+
+def test_host_compiler_per_source(plans):
+    """distro toolkits compile with the nvidia-cuda-toolkit-gcc links (Debian 12's gcc 12 is too new for nvcc 11.8);
+    NVIDIA's repositories and preinstalled toolkits with the system compiler unless the inventory says otherwise."""
+    assert plans["distro_debian12_118"]["cuda_plan"]["host_compiler"] == {"CC": "/usr/bin/cuda-gcc",
+                                                                          "CXX": "/usr/bin/cuda-g++"}
+    for name in ("nv_debian12_126", "nv_ubuntu2204_118", "nv_rocky9_118", "pre_ubuntu2404_130"):
+        assert plans[name]["cuda_plan"]["host_compiler"] == {}, name
+    assert plans["cc_override"]["cuda_plan"]["host_compiler"] == {"CC": "/usr/bin/gcc-13", "CXX": "/usr/bin/g++-13"}
+
+
+def test_bad_host_compiler_is_refused(plans):
+    for name in ("cc_relative", "cc_other_key"):
+        msg = plans[name]["cuda_plan_error"]
+        assert "cuda_host_compiler must be {} or a mapping of CC and/or CXX to absolute paths" in msg, name

@@ -13,11 +13,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 SECRET = "wandb-3f9c1e77d2-not-for-logs"
 
 
-def render(run_playbook, tmp_path, extra, env=None, verbosity=("-v",)):
+def render(run_playbook, tmp_path, extra, env=None, verbosity=("-v",), **facts):
     out = tmp_path / ".deepspeed_env"
     variables = {"venv_dir": "/opt/dsc/venv", "local_ssd_dir": str(tmp_path / "ssd"), "accelerator": "cpu",
                  "node_env_deepspeed_env_path": str(out), "node_env_extra": extra,
-                 "ansible_python_interpreter": sys.executable, "ansible_connection": "local"}
+                 "ansible_python_interpreter": sys.executable, "ansible_connection": "local", **facts}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     proc = run_playbook("roles/node_env/tests/deepspeed_env.yml", *verbosity, "-i", "localhost,",
                         "-e", "@%s" % (tmp_path / "vars.json"), env=env)
@@ -82,3 +82,19 @@ def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_t
     assert SECRET not in proc.stdout and SECRET not in proc.stderr
     assert "passed to every rank from your shell: WANDB_API_KEY, WANDB_PROJECT" in proc.stdout
     assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+def test_cuda_node_ranks_get_cuda_home_and_the_host_compiler_nvcc_accepts(run_playbook, tmp_path):
+    """The cuda role's facts (distro CUDA 11.8 on Debian 12): JIT op builds in a job use nvcc -ccbin $CC too."""
+    compilers = {"CC": "/usr/bin/cuda-gcc", "CXX": "/usr/bin/cuda-g++"}
+    proc, out = render(run_playbook, tmp_path, {}, accelerator="cuda", cuda_home="/usr/local/cuda-11.8",
+                       cuda_compiler_env=compilers)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    seen = as_ranks_see_it(out)
+    assert seen["CC"] == "/usr/bin/cuda-gcc" and seen["CXX"] == "/usr/bin/cuda-g++"
+    assert seen["CUDA_HOME"] == "/usr/local/cuda-11.8"
+    assert seen["PATH"].startswith("/opt/dsc/venv/bin:/usr/local/cuda-11.8/bin:")
+    # a CPU node ignores the fact
+    proc, out = render(run_playbook, tmp_path, {}, cuda_compiler_env=compilers)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "CC" not in as_ranks_see_it(out)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The wheelhouse the test nodes install from (they cannot see this machine's pip configuration, which is what gives
+# `pip install torch==2.13.0` a CPU build here: see shared NOTES "pip inside test nodes"). The same mechanism an
+# air-gapped cluster uses (README "Air-gapped nodes"). Used by the role scenarios (roles/*/molecule) and the cluster
+# scenario (molecule/cluster/run.sh).
+#
+#   molecule/images/wheelhouse.sh [DIR]     # default $WHEELHOUSE or ~/.cache/deepspeed-cluster/wheelhouse
+#
+# Contents: torch (CPU build) and python_env's pinned packages, read from roles/python_env/defaults/main.yml, plus
+# DeepSpeed's source distribution (deepspeed_version from roles/deepspeed/defaults/main.yml) and a
+# deepspeed-sdist.tar.gz link to it, for the deepspeed role's deepspeed_sdist_path. pip skips what is already there.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+dir=${1:-${WHEELHOUSE:-$HOME/.cache/deepspeed-cluster/wheelhouse}}
+mkdir -p "$dir"
+reqs=$(python3 - "$repo/roles/python_env/defaults/main.yml" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+print(f"torch=={d['python_env_torch_version']}+cpu", *d['python_env_packages'], "pip")
+PY
+)
+ds_version=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["deepspeed_version"])' \
+  "$repo/roles/deepspeed/defaults/main.yml")
+printf '== %s wheelhouse %s\n' "$(date +%T)" "$dir"
+# shellcheck disable=SC2086
+pip download --quiet --disable-pip-version-check -d "$dir" $reqs 2> >(grep -v "^WARNING: Location" >&2)
+pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$dir" \
+  "deepspeed==$ds_version" 2> >(grep -v "^WARNING: Location" >&2)
+ln -sfn "deepspeed-$ds_version.tar.gz" "$dir/deepspeed-sdist.tar.gz"
