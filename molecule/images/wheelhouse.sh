@@ -8,7 +8,8 @@
 #
 # Contents: torch (CPU build) and python_env's pinned packages, read from roles/python_env/defaults/main.yml, plus
 # DeepSpeed's source distribution (deepspeed_version from roles/deepspeed/defaults/main.yml) and a
-# deepspeed-sdist.tar.gz link to it, for the deepspeed role's deepspeed_sdist_path. pip skips what is already there.
+# deepspeed-sdist.tar.gz link to it, for the deepspeed role's deepspeed_sdist_path. pip skips what is already there; a
+# .complete-<hash of the pins> file marks a finished download for those pins (nothing is asked of the index then).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-${WHEELHOUSE:-$HOME/.cache/deepspeed-cluster/wheelhouse}}
@@ -21,9 +22,16 @@ PY
 )
 ds_version=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["deepspeed_version"])' \
   "$repo/roles/deepspeed/defaults/main.yml")
+stamp="$dir/.complete-$(printf '%s\n' $reqs "deepspeed==$ds_version" | sha256sum | cut -c1-16)"
+if [[ -f $stamp ]]; then
+  echo "== wheelhouse $dir is complete for these pins"
+  exit 0
+fi
 printf '== %s wheelhouse %s\n' "$(date +%T)" "$dir"
 # shellcheck disable=SC2086
 pip download --quiet --disable-pip-version-check -d "$dir" $reqs 2> >(grep -v "^WARNING: Location" >&2)
 pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$dir" \
   "deepspeed==$ds_version" 2> >(grep -v "^WARNING: Location" >&2)
 ln -sfn "deepspeed-$ds_version.tar.gz" "$dir/deepspeed-sdist.tar.gz"
+rm -f "$dir"/.complete-*
+touch "$stamp"
