@@ -39,8 +39,8 @@ run() {  # run SCENARIO: molecule test, then one summary line in $results/SCENAR
 }
 
 results=$(mktemp -d)
-trap 'rm -rf "$results"' EXIT
 bg_pid=
+trap '[[ -n $bg_pid ]] && kill "$bg_pid" 2>/dev/null; rm -rf "$results"' EXIT
 for sc in "${selected[@]}"; do
   if [[ $sc == "$background" && ${#selected[@]} -gt 1 && -z ${DSC_MOLECULE_SERIAL:-} ]]; then
     echo "== $(date +%T) $sc runs in the background; its log follows when it ends"
