@@ -98,3 +98,32 @@ def test_cuda_node_ranks_get_cuda_home_and_the_host_compiler_nvcc_accepts(run_pl
     proc, out = render(run_playbook, tmp_path, {}, cuda_compiler_env=compilers)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "CC" not in as_ranks_see_it(out)
+
+
+def test_train_yml_gets_the_cuda_facts_site_yml_recorded(run_playbook, tmp_path):
+    """train.yml runs neither the cuda nor the deepspeed role: node_env's main entry point (site.yml) records their
+    facts in <venv_dir>/dsc-cuda-facts.json and the .deepspeed_env rendering reads them back from there."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    facts = {"venv_dir": str(venv), "local_ssd_dir": str(tmp_path / "ssd"), "accelerator": "cuda",
+             "cuda_home": "/usr", "cuda_compiler_env": {"CC": "/usr/bin/cuda-gcc", "CXX": "/usr/bin/cuda-g++"},
+             "deepspeed_torch_cuda_arch_list": "8.0;9.0", "node_env_profile_path": str(tmp_path / "profile"),
+             "ansible_python_interpreter": sys.executable, "ansible_connection": "local"}
+    (tmp_path / "site.json").write_text(json.dumps(facts))
+    proc = run_playbook("roles/node_env/tests/main.yml", "-i", "localhost,", "-e", "@%s" % (tmp_path / "site.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert json.loads((venv / "dsc-cuda-facts.json").read_text()) == {
+        "cuda_home": "/usr", "cuda_compiler_env": {"CC": "/usr/bin/cuda-gcc", "CXX": "/usr/bin/cuda-g++"},
+        "deepspeed_torch_cuda_arch_list": "8.0;9.0"}
+    # as in train.yml: no cuda/deepspeed facts in memory
+    proc, out = render(run_playbook, tmp_path, {}, accelerator="cuda", venv_dir=str(venv))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    seen = as_ranks_see_it(out)
+    assert seen["CC"] == "/usr/bin/cuda-gcc" and seen["CXX"] == "/usr/bin/cuda-g++"
+    assert seen["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0" and seen["CUDA_HOME"] == "/usr"
+    # without the record: rendered without them, and the run says so
+    (venv / "dsc-cuda-facts.json").unlink()
+    proc, out = render(run_playbook, tmp_path, {}, accelerator="cuda", venv_dir=str(venv))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "CUDA_HOME" not in as_ranks_see_it(out)
+    assert "dsc-cuda-facts.json is missing" in " ".join(proc.stdout.split())  # the output wraps long lines
