@@ -6,7 +6,7 @@
 #   molecule/images/build.sh --force    # rebuild
 #
 # Also prepares this machine for rootful podman on hosts where crun cannot set rlimits or use hybrid cgroups
-# (runc, nofile 20000): see shared NOTES "Molecule with podman".
+# (runc, nofile 20000).
 set -euo pipefail
 IMAGE=${IMAGE:-localhost/bookworm-node}
 SUITE=${SUITE:-bookworm}

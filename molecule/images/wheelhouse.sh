@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The wheelhouse the test nodes install from (they cannot see this machine's pip configuration, which is what gives
-# `pip install torch==2.13.0` a CPU build here: see shared NOTES "pip inside test nodes"). The same mechanism an
-# air-gapped cluster uses (README "Air-gapped nodes"). Used by the role scenarios (roles/*/molecule) and the cluster
-# scenario (molecule/cluster/run.sh).
+# The wheelhouse the test nodes install from. They cannot see this machine's pip configuration, which is what gives
+# `pip install torch==2.13.0` a CPU build here; inside a node a plain pip would pull the multi-GB CUDA build. The same
+# mechanism an air-gapped cluster uses (README "Air-gapped nodes"). Used by the role scenarios (roles/*/molecule) and
+# the cluster scenario (molecule/cluster/run.sh).
 #
 #   molecule/images/wheelhouse.sh [DIR]     # default $WHEELHOUSE or ~/.cache/deepspeed-cluster/wheelhouse
 #
