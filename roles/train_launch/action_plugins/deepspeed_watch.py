@@ -29,7 +29,7 @@ from pathlib import Path
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.progress import format_duration, format_record, parse_records  # noqa: E402
 
 display = Display()

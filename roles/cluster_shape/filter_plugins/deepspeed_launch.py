@@ -1,0 +1,37 @@
+"""Jinja filter ``deepspeed_launch_argv``: the project's one launch-command builder (train/launch.py) for tasks.
+
+    argv: "{{ venv_dir ~ '/bin/deepspeed' | deepspeed_launch_argv(hostfile, cluster_shape, ['allreduce.py', ...]) }}"
+
+The training's commands come from the same function through the train_plan action; the health check of
+cluster_check uses this filter, so both start DeepSpeed's launcher the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_REPO = str(Path(__file__).resolve().parents[3])
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from train.launch import deepspeed_argv, shell_line  # noqa: E402
+
+
+def deepspeed_launch_argv(deepspeed, hostfile, shape, entry, master_port, node_rank=None):
+    """argv (list of str) of ``deepspeed`` for ``shape`` (the cluster_shape dict): see train.launch.deepspeed_argv."""
+    return deepspeed_argv(str(deepspeed), str(hostfile), str(shape["master_addr"]), master_port,
+                          [str(e) for e in entry], include=str(shape.get("include") or ""),
+                          single_node=bool(shape["single_node"]), node_rank=node_rank)
+
+
+def deepspeed_shell_line(argv, log):
+    """``exec <argv> > log 2>&1`` for ansible.builtin.shell: see train.launch.shell_line."""
+    return shell_line([str(a) for a in argv], str(log))
+
+
+class FilterModule:
+    """Filters of the cluster_shape role."""
+
+    def filters(self):
+        return {"deepspeed_launch_argv": deepspeed_launch_argv, "deepspeed_shell_line": deepspeed_shell_line}

@@ -1,0 +1,236 @@
+"""The plan of one training run: everything `train.yml` decides on the controller, as one dict (standard library,
+PyYAML and train.* only: the Ansible controller's Python imports it through the ``train_plan`` action).
+
+    plan = build(model="bert", overrides={"model_size": "tiny"}, accelerator="cpu", shape=..., node=..., ...)
+
+From the preset, the inventory's ``train_defaults`` and the ``-e`` overrides (or a user script's own
+TrainingArguments) it resolves one validated job (train.job), renders ds_config.json for the cluster's world size
+(train.dsconfig), builds the entry's arguments and the launch command of every node that starts ranks
+(train.launch), and lays out the run's paths. It writes nothing: the job and the DeepSpeed config come back as the
+exact text of job.json and ds_config.json, which the stage role copies to the nodes and the launch role keeps in
+``outputs/<run>/`` once the run has started (a run that never launched leaves nothing there).
+
+A user mistake raises PlanError (a train.job.JobError): one line ``<what> (<where>); <how to fix>``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+from pathlib import Path
+
+from . import dsconfig, job as jobmod, launch, script_args
+
+LAUNCHERS = ("pdsh", "ansible")
+PRESET_ENTRY = ["train/pretrain.py"]
+RUN_SCRIPT = "train/run_script.py"
+
+
+class PlanError(jobmod.JobError):
+    """A user mistake found while planning a run; str() is the one-line message."""
+
+
+def job_overrides(extra_vars: dict, train_defaults=None) -> dict:
+    """The job overrides a run takes from Ansible: ``train_defaults`` (one inventory dict), then ``-e`` values.
+
+    Args:
+        extra_vars: the playbook's extra variables (``-e``) only, never the merged inventory variables, so a
+            ``seed:`` or ``max_steps:`` in group_vars does not change the job.
+        train_defaults: the inventory's ``train_defaults`` mapping (job key -> value), or None.
+
+    Returns:
+        {job key: value} for every key of ``train.job.override_keys()`` found there, ``-e`` winning.
+
+    Raises:
+        PlanError: train_defaults is not a mapping, or names a key that is not a job key.
+    """
+    keys = jobmod.override_keys()
+    out = {}
+    if train_defaults not in (None, ""):
+        if not isinstance(train_defaults, dict):
+            raise PlanError(f"train_defaults must be a mapping of job keys, got {train_defaults!r}",
+                            "inventory train_defaults", "write e.g. `train_defaults: {max_steps: 1000, seed: 7}`")
+        for key, value in train_defaults.items():
+            if key not in keys:
+                raise PlanError(f"unknown job key {key!r} in train_defaults", "inventory train_defaults",
+                                f"use job keys only: {', '.join(keys)}")
+            out[key] = value
+    for key in keys:
+        if key in extra_vars:
+            out[key] = extra_vars[key]
+    return out
+
+
+def _run_stamp(now):
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return f"{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
+
+
+def _json_text(obj) -> str:
+    return json.dumps(obj, indent=2) + "\n"
+
+
+def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_root: str, templates_dir: str,
+          launcher: str = "pdsh", master_port=29500, script: str | None = None, script_args_value=None,
+          script_data: str | None = None, now=None) -> dict:
+    """Plan one run. Writes nothing; reads the controller's file system (script, output_root) only.
+
+    Args:
+        overrides: job overrides (see job_overrides); ``model`` among them picks the preset (default bert).
+        accelerator: the head's ``accelerator`` inventory fact (cpu or cuda).
+        shape: the cluster shape (roles/cluster_shape): ``nodes`` (head first), ``ranks`` {node: ranks},
+            ``world_size``, ``include`` (``--include`` value or ""), ``master_addr``, ``single_node``.
+        node: the head's paths: ``dsc_root``, ``local_ssd_dir``, ``venv_dir`` (every node has the same ones;
+            the preflight checks that).
+        output_root: directory on the controller that receives ``<run_name>/`` (must not exist yet).
+        templates_dir: templates/deepspeed (zero0.json .. zero3.json).
+        launcher: pdsh or ansible.
+        master_port: the rendezvous port on the head.
+        script: a user's training script on the controller (script mode), or None for train/pretrain.py.
+        script_args_value: the script's arguments (list, or one shell-quoted string).
+        script_data: a file or directory on the head staged to every node as ``{data}``.
+        now: aware datetime for default run names (tests).
+
+    Returns:
+        dict with run_name, mode (preset|script), job, ds_config, files {job.json, ds_config.json: text},
+        hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
+        {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
+        script {src, name} or None, script_data, launch {node: argv of the nodes that start ranks},
+        logs {node: log path of those nodes}, summary (lines to show).
+
+    Raises:
+        PlanError / train.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
+        job value, a ds_config that does not fit, an existing output directory).
+    """
+    if launcher not in LAUNCHERS:
+        raise PlanError(f"launcher is {launcher!r}", "-e launcher",
+                        "use pdsh (default: the head starts every rank over ssh) or ansible (Ansible starts "
+                        "`deepspeed --no_ssh --node_rank N` on every node; no ssh between the nodes)")
+    try:
+        port = int(str(master_port).strip())
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise PlanError(f"train_master_port is {master_port!r}", "-e train_master_port",
+                        "give a free TCP port on the head (1-65535), default 29500")
+    overrides = dict(overrides)
+    overrides["accelerator"] = accelerator
+    model = overrides.pop("model", None) or "bert"
+    user_args = None
+    if script is not None:
+        script = str(script)
+        if not Path(script).is_file():
+            raise PlanError(f"script {script} is not a file on the controller", "-e script",
+                            "give -e script=<path to your training script, e.g. run_mlm.py> (relative paths are "
+                            f"from {os.getcwd()})")
+        try:
+            user_args = script_args.split(script_args_value)
+            from_script = script_args.job_overrides(user_args)
+        except script_args.ScriptArgsError as exc:
+            raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
+        overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
+        overrides.update(from_script)
+    elif script_args_value not in (None, "", []):
+        raise PlanError("script_args is given but no script", "-e script_args",
+                        "add -e script=<your training script>, or drop script_args")
+    elif script_data is not None:
+        raise PlanError("script_data is given but no script", "-e script_data",
+                        "add -e script=<your training script>, or use -e dataset_path= for the built-in trainer")
+
+    job = jobmod.resolve(model, overrides, now=now)
+    world = int(shape["world_size"])
+    ds_config = dsconfig.render(job, world, templates_dir)
+
+    run = job["run_name"]
+    out_dir = str(Path(output_root) / run)
+    if os.path.lexists(out_dir):
+        raise PlanError(f"{out_dir} already exists", f"run_name {run}",
+                        "pick another -e run_name=... or move the old run away; results are never overwritten")
+    dsc_root, local_ssd = node["dsc_root"], node["local_ssd_dir"]
+    run_dir = f"{dsc_root}/runs/{run}"
+    code_dir = f"{dsc_root}/code"
+    artifact_dir = f"{local_ssd}/data/{job['data_key']}"
+    script_data_dir = f"{local_ssd}/user-data/{Path(script_data.rstrip('/')).name}" if script_data else ""
+    ds_path = f"{run_dir}/ds_config.json"
+    default_output = f"{run_dir}/output"
+
+    if script is None:
+        entry = list(PRESET_ENTRY)
+        argv = jobmod.argv(job, artifact_dir, default_output, ds_path)
+        output = default_output
+    else:
+        entry = [RUN_SCRIPT, f"scripts/{Path(script).name}"]
+        try:
+            argv = script_args.complete(user_args, default_output, ds_path, script_data_dir or None)
+        except script_args.ScriptArgsError as exc:
+            raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
+        output = script_args.output_dir_of(argv, default_output)
+
+    nodes = list(shape["nodes"])
+    head = nodes[0]
+    hostfile = f"{run_dir}/hostfile"
+    deepspeed = f"{node['venv_dir']}/bin/deepspeed"
+    starters = [head] if launcher == "pdsh" else nodes
+    logs = {n: f"{run_dir}/{'train.log' if n == head else f'train-{n}.log'}" for n in starters}
+    commands = {
+        n: launch.deepspeed_argv(deepspeed, hostfile, shape["master_addr"], port, entry, argv,
+                                 include=shape.get("include") or "", single_node=bool(shape["single_node"]),
+                                 node_rank=nodes.index(n) if launcher == "ansible" else None)
+        for n in starters
+    }
+    ranks = {n: int(shape["ranks"][n]) for n in nodes}
+    plan = {
+        "run_name": run,
+        "mode": "preset" if script is None else "script",
+        "job": job,
+        "ds_config": ds_config,
+        "files": {"job.json": _json_text(job), "ds_config.json": _json_text(ds_config)},
+        "hosts": nodes,
+        "head": head,
+        "ranks": ranks,
+        "world_size": world,
+        "include": shape.get("include") or "",
+        "master_addr": shape["master_addr"],
+        "master_port": port,
+        "single_node": bool(shape["single_node"]),
+        "launcher": launcher,
+        "paths": {"out_dir": out_dir, "run_dir": run_dir, "code_dir": code_dir, "artifact_dir": artifact_dir,
+                  "script_data_dir": script_data_dir, "output": output, "hostfile": hostfile,
+                  "log": logs[head]},
+        "entry": entry,
+        "argv": argv,
+        "script": {"src": str(Path(script).resolve()), "name": Path(script).name} if script else None,
+        "script_data": script_data,
+        "launch": commands,
+        "logs": logs,
+    }
+    plan["summary"] = summary(plan)
+    return plan
+
+
+def summary(plan: dict) -> list[str]:
+    """The lines `train.yml` shows before it stages anything: job, ranks, batch arithmetic, launch, results."""
+    job, world = plan["job"], plan["world_size"]
+    hosts = plan["hosts"]
+    if plan["mode"] == "script":
+        what = (f"run {plan['run_name']}: your script {plan['script']['name']} with its own arguments "
+                f"(max_steps {job['max_steps']}, precision {job['precision']}, ZeRO stage {job['zero_stage']})")
+    else:
+        what = (f"run {plan['run_name']}: {job['model']} ({job['model_size']}), {job['max_steps']} steps, seq "
+                f"{job['max_seq_length']}, ZeRO stage {job['zero_stage']}, {job['precision']}")
+    include = f" (deepspeed --include {plan['include']})" if plan["include"] else ""
+    micro, accum = job["per_device_train_batch_size"], job["gradient_accumulation_steps"]
+    lines = [
+        what,
+        f"world size {world} = {' + '.join(str(plan['ranks'][h]) for h in hosts)} ranks on {', '.join(hosts)}"
+        f"{include}; master {plan['master_addr']}:{plan['master_port']}; launcher {plan['launcher']}",
+        f"micro batch {micro} x accumulation {accum} x world size {world} = global batch {micro * accum * world}",
+    ]
+    if plan["mode"] == "script":
+        lines.append(f"script arguments: {' '.join(plan['argv'])}")
+    lines.append(f"launch on {plan['head']}: {' '.join(plan['launch'][plan['head']])}")
+    lines.append(f"results will come back to {plan['paths']['out_dir']}")
+    return lines

@@ -1,0 +1,129 @@
+"""train/plan.py and train/launch.py without Ansible: the run's plan from overrides, the cluster shape and paths."""
+
+import datetime
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from train import launch, plan
+from train.job import JobError
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = str(REPO / "templates" / "deepspeed")
+NOW = datetime.datetime(2026, 12, 1, 10, 0, 0, tzinfo=datetime.timezone.utc)
+NODE = {"dsc_root": "/opt/dsc", "local_ssd_dir": "/ssd", "venv_dir": "/opt/dsc/venv"}
+
+
+def shape(nodes=("head-1", "worker-1"), slots=2, include="", master="10.0.0.1"):
+    nodes = list(nodes)
+    return {"nodes": nodes, "ranks": {n: slots for n in nodes}, "world_size": slots * len(nodes),
+            "include": include, "master_addr": master if len(nodes) > 1 else "127.0.0.1",
+            "single_node": len(nodes) == 1}
+
+
+def build(tmp_path, overrides=None, **kw):
+    args = dict(overrides=dict({"model": "bert", "model_size": "tiny"}, **(overrides or {})), accelerator="cpu",
+                shape=shape(), node=NODE, output_root=str(tmp_path / "outputs"), templates_dir=TEMPLATES, now=NOW)
+    args.update(kw)
+    return plan.build(**args)
+
+
+def test_preset_plan_has_job_config_paths_and_one_launch_command_for_pdsh(tmp_path):
+    p = build(tmp_path)
+    assert p["run_name"] == "bert-tiny-20261201T100000Z" and p["mode"] == "preset"
+    assert p["world_size"] == 4 and p["hosts"] == ["head-1", "worker-1"] and p["head"] == "head-1"
+    assert json.loads(p["files"]["job.json"]) == p["job"]
+    assert json.loads(p["files"]["ds_config.json"]) == p["ds_config"]
+    assert p["ds_config"]["zero_optimization"]["stage"] == p["job"]["zero_stage"]
+    run_dir = "/opt/dsc/runs/bert-tiny-20261201T100000Z"
+    assert p["paths"]["run_dir"] == run_dir and p["paths"]["hostfile"] == f"{run_dir}/hostfile"
+    assert p["paths"]["artifact_dir"] == f"/ssd/data/{p['job']['data_key']}"
+    assert p["paths"]["out_dir"] == str(tmp_path / "outputs" / p["run_name"])
+    assert list(p["launch"]) == ["head-1"] and p["logs"] == {"head-1": f"{run_dir}/train.log"}
+    argv = p["launch"]["head-1"]
+    assert argv[:7] == ["/opt/dsc/venv/bin/deepspeed", "--hostfile", f"{run_dir}/hostfile", "--master_addr",
+                        "10.0.0.1", "--master_port", "29500"]
+    assert "train/pretrain.py" in argv and "--no_ssh_check" not in argv and "--no_ssh" not in argv
+    # multi-node pdsh: the JSON of --config_overrides is quoted once more for the remote shell
+    config = p["argv"][p["argv"].index("--config_overrides") + 1]
+    assert shlex.quote(config) in argv and config not in argv
+    assert not (tmp_path / "outputs").exists()  # the plan writes nothing
+
+
+def test_ansible_launcher_gives_every_node_its_node_rank(tmp_path):
+    p = build(tmp_path, launcher="ansible", shape=shape(("head-1", "worker-1", "worker-2")))
+    assert list(p["launch"]) == ["head-1", "worker-1", "worker-2"]
+    for rank, node in enumerate(p["hosts"]):
+        argv = p["launch"][node]
+        assert argv[argv.index("--node_rank") + 1] == str(rank) and "--no_ssh" in argv
+    assert p["logs"]["worker-2"].endswith("/train-worker-2.log")
+    config = p["argv"][p["argv"].index("--config_overrides") + 1]
+    assert config in p["launch"]["worker-1"]  # no remote shell in between: passed as it is
+
+
+def test_single_node_skips_the_ssh_check_and_uses_loopback(tmp_path):
+    p = build(tmp_path, shape=shape(("localhost",)))
+    argv = p["launch"]["localhost"]
+    assert "--no_ssh_check" in argv and argv[argv.index("--master_addr") + 1] == "127.0.0.1"
+
+
+def test_include_is_passed_to_the_launcher(tmp_path):
+    p = build(tmp_path, shape=shape(include="head-1:0@worker-1"))
+    argv = p["launch"]["head-1"]
+    assert argv[argv.index("--include") + 1] == "head-1:0@worker-1"
+
+
+def test_job_overrides_take_extra_vars_and_train_defaults_only():
+    assert plan.job_overrides({"max_steps": "7", "unrelated": 1}) == {"max_steps": "7"}
+    assert plan.job_overrides({}, {"seed": 3, "max_steps": 9}) == {"seed": 3, "max_steps": 9}
+    assert plan.job_overrides({"max_steps": 5}, {"max_steps": 9}) == {"max_steps": 5}
+    with pytest.raises(JobError, match="unknown job key 'maxsteps' in train_defaults"):
+        plan.job_overrides({}, {"maxsteps": 9})
+    with pytest.raises(JobError, match="train_defaults must be a mapping"):
+        plan.job_overrides({}, "max_steps=9")
+
+
+def test_existing_output_dir_is_refused(tmp_path):
+    (tmp_path / "outputs" / "mine").mkdir(parents=True)
+    with pytest.raises(JobError, match="already exists"):
+        build(tmp_path, {"run_name": "mine"})
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"launcher": "ssh"}, "launcher is 'ssh'"),
+    ({"master_port": "http"}, "train_master_port is 'http'"),
+    ({"master_port": 70000}, "train_master_port is 70000"),
+    ({"script": "/no/such/script.py"}, "script /no/such/script.py is not a file on the controller"),
+    ({"script_args_value": ["--max_steps", "5"]}, "script_args is given but no script"),
+])
+def test_bad_playbook_knobs_are_one_line_errors(tmp_path, kw, message):
+    with pytest.raises(JobError) as err:
+        build(tmp_path, **kw)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_script_mode_reads_the_scripts_arguments_into_the_job(tmp_path):
+    script = tmp_path / "run_mlm.py"
+    script.write_text("print('hi')\n")
+    p = build(tmp_path, script=str(script), script_data=str(tmp_path),
+              script_args_value=["--train_file", "{data}/train.txt", "--per_device_train_batch_size", "4",
+                                 "--max_steps", "30"])
+    assert p["mode"] == "script" and p["run_name"].startswith("run_mlm-")
+    assert p["job"]["per_device_train_batch_size"] == 4 and p["job"]["max_steps"] == 30
+    assert p["entry"] == ["train/run_script.py", "scripts/run_mlm.py"]
+    data_dir = f"/ssd/user-data/{tmp_path.name}"
+    assert p["paths"]["script_data_dir"] == data_dir and f"{data_dir}/train.txt" in p["argv"]
+    assert p["argv"][p["argv"].index("--deepspeed") + 1] == f"{p['paths']['run_dir']}/ds_config.json"
+    assert p["script"] == {"src": str(script.resolve()), "name": "run_mlm.py"}
+    assert any("your script run_mlm.py" in line for line in p["summary"])
+
+
+def test_launch_builder_refuses_bad_input_and_shell_line_quotes():
+    with pytest.raises(ValueError):
+        launch.deepspeed_argv("ds", "h", "a", 29500, [])
+    with pytest.raises(ValueError):
+        launch.deepspeed_argv("ds", "h", "a", 0, ["x.py"])
+    line = launch.shell_line(["ds", "a b", "{\"x\": 1}"], "/tmp/log file")
+    assert shlex.split(line) == ["exec", "ds", "a b", "{\"x\": 1}", ">", "/tmp/log file", "2>&1"]
