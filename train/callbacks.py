@@ -1,4 +1,5 @@
-"""What rank 0 of train/pretrain.py writes while and after it trains (see the contract):
+"""The Trainer callbacks of the rank runtime (train/runtime.py attaches them, for train/pretrain.py and users'
+scripts alike). What rank 0 writes while and after it trains (see the contract):
 
 * ``progress.jsonl`` -- one JSON object per logging step, flushed as it is written:
   {"step", "max_steps", "loss", "learning_rate", "samples_per_second", "elapsed_s", "eta_s", "epoch"}
@@ -6,8 +7,8 @@
   which includes DeepSpeed's and the dataloader's warm-up -- left out of the mean once there are others)
   The last step is always logged, whether or not it is a multiple of logging_steps.
 * ``loss_curve.png`` -- loss against step, from those records.
-
-metrics.json is assembled by pretrain.py (it needs every rank's information).
+* ``metrics.json`` -- train/runtime.py's build_metrics, written by MetricsCallback when training ends (every
+  rank takes part: it gathers each rank's host) and again after each later evaluation, with its eval_* metrics.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ LOSS_CURVE = "loss_curve.png"
 
 
 class ProgressCallback(TrainerCallback):
-    """Writes progress.jsonl on the world's process zero; keeps the records for metrics and the loss curve."""
+    """Writes progress.jsonl on the world's process zero; keeps the records for metrics and the loss curve.
+
+    Args:
+        output_dir: the Trainer's output directory (progress.jsonl goes there).
+        global_batch_size: samples per optimizer step over all ranks (micro x accumulation x world size), for
+            samples_per_second.
+
+    ``records`` holds the progress records (rank 0), ``summary`` the numbers of the Trainer's other logs (the
+    final train_loss / train_runtime / train_samples_per_second, eval_* of evaluations).
+    """
 
     def __init__(self, output_dir: str | Path, global_batch_size: int):
         self.path = Path(output_dir) / PROGRESS
@@ -87,6 +97,67 @@ class ProgressCallback(TrainerCallback):
             self._file = None
 
 
+class MetricsCallback(TrainerCallback):
+    """Writes metrics.json and loss_curve.png on the world's process zero at the end of training, and again with
+    the eval metrics after an evaluation that follows it (``trainer.evaluate()`` / ``--do_eval`` in run_mlm.py).
+
+    Args:
+        progress: the ProgressCallback of the same Trainer (its records and the Trainer's train_* summary).
+        script: the user's script in script mode, None for train/pretrain.py.
+        extra: metrics.json values only the caller knows (train.runtime.build_metrics' ``extra``).
+        rank_extra: optional callable () -> dict added to this rank's entry of ``ranks``.
+
+    After training, ``metrics`` holds the dict last written (rank 0; None elsewhere).
+    """
+
+    def __init__(self, progress: ProgressCallback, script: str | None = None, extra: dict | None = None,
+                 rank_extra=None):
+        self.progress = progress
+        self.script = script
+        self.extra = dict(extra or {})
+        self.rank_extra = rank_extra
+        self.trainer = None  # set by train.runtime.attach: the unwrapped model is read from it
+        self.eval_metrics: dict | None = None
+        self.metrics: dict | None = None
+        self._ranks: list[dict] | None = None
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        from train import runtime
+
+        info = runtime.rank_info()
+        mine = {"rank": args.process_index, "hostname": info.host, "local_rank": info.local_rank,
+                "first_batches_sha256": None}
+        if self.rank_extra is not None:
+            mine.update(self.rank_extra())
+        ranks = runtime.gather_objects(mine)  # a collective: every rank, before the rank-0 check
+        if not state.is_world_process_zero:
+            return
+        self._ranks = sorted(ranks, key=lambda r: r["rank"])
+        self._write(args, state, model)
+
+    def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
+        if metrics:
+            self.eval_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        if state.is_world_process_zero and self._ranks is not None:  # after training: add the eval metrics
+            self._write(args, state, model)
+
+    def _write(self, args, state, model):
+        from train import runtime
+
+        model = getattr(self.trainer, "model", None) or model
+        if type(model).__name__ == "DeepSpeedEngine":
+            model = model.module
+        identity = runtime.run_identity(args.output_dir, args.run_name, self.script)
+        self.metrics = runtime.build_metrics(
+            args=args, state=state, model=model, progress=self.progress, ranks=self._ranks, identity=identity,
+            eval_metrics=self.eval_metrics, extra={"script": self.script, **self.extra})
+        out = runtime.write_metrics(args.output_dir, self.metrics).parent
+        m = self.metrics
+        what = m["run_name"] or (Path(self.script).name if self.script else m["model"]) or "training"
+        plot_loss_curve(self.progress.records, out / LOSS_CURVE,
+                        title=f"{what}: {m['model_type'] or ''} {m['task'] or ''}, world size {m['world_size']}")
+
+
 def _num(v):
     if v is None:
         return None
@@ -95,6 +166,8 @@ def _num(v):
 
 
 def plot_loss_curve(records: list[dict], path: str | Path, title: str = "") -> Path:
+    """Draw training loss against step (progress records with a loss) into a PNG at ``path``; returns the path.
+    Raises OSError when the file can't be written."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from train.artifact import sha256_file
+
 MAX_DOC_CHARS = 20_000  # a "paragraph" longer than this (e.g. a file without blank lines) is cut here
 _HASH_CHUNK = 1 << 20
 
@@ -98,14 +100,6 @@ def _check_readable(path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- fingerprint
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def fingerprint(source: Source) -> str:
     """sha256 over the source's content (and, for directories, the relative names of its files)."""
     h = hashlib.sha256()
@@ -114,7 +108,7 @@ def fingerprint(source: Source) -> str:
         if source.kind == "pydoc_topics":
             h.update(json.dumps(_pydoc_topics(), sort_keys=True).encode())
         elif source.kind == "text_file":
-            h.update(_sha256_file(source.files[0]).encode())
+            h.update(sha256_file(source.files[0]).encode())
         elif source.kind == "text_dir":
             h.update(_tree_digest(Path(source.path), source.files).encode())
         else:  # saved_dataset: its files, minus the cache-*.arrow files datasets.map may leave beside them
@@ -128,7 +122,7 @@ def fingerprint(source: Source) -> str:
 def _tree_digest(root: Path, files: list[Path]) -> str:
     h = hashlib.sha256()
     for p in files:
-        h.update(f"{p.relative_to(root).as_posix()}\0{_sha256_file(p)}\n".encode())
+        h.update(f"{p.relative_to(root).as_posix()}\0{sha256_file(p)}\n".encode())
     return h.hexdigest()
 
 

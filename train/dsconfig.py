@@ -25,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from .job import JobError, load_job, write_json_atomic
+from .job import JobError, check_precision, load_job, write_json_atomic
 
 AUTO = "auto"
 
@@ -132,9 +132,7 @@ FP16_ONLY_KEYS = {"loss_scale", "loss_scale_window", "initial_scale_power", "hys
 
 def _precision(config, job, where):
     precision = job["precision"]
-    if precision in ("fp16", "bf16") and job["accelerator"] != "cuda":
-        raise JobError(f"precision {precision} needs accelerator cuda, the job's accelerator is {job['accelerator']}",
-                       "job precision", "use precision auto or fp32 on cpu")
+    check_precision(precision, job["accelerator"], "job precision")
     blocks = {name: config.get(name) for name in ("fp16", "bf16")}
     for name, block in blocks.items():
         if block is not None and not isinstance(block, dict):

@@ -28,8 +28,11 @@ import yaml
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
-# Bump when train/prepare_data.py changes what it writes for the same inputs: old artifacts then get a new key.
-DATA_FORMAT_VERSION = 1
+# The version of what train/prepare_data.py writes (tokenizer/, dataset/, prepare.json). The only definition: it
+# goes into data_key (so an old artifact gets a new key) and into prepare.json's format_version (so prepare_data
+# rebuilds an old one). Bump it when prepare_data writes something different for the same inputs.
+# 2: prepare.json records vocab_size_requested next to the vocab_size the tokenizer reached.
+DATA_FORMAT_VERSION = 2
 
 # Keys a preset fixes: they define what the preset *is*, so they can't be overridden.
 FIXED_KEYS = ("task", "model_type", "tokenizer_type")
@@ -443,9 +446,7 @@ def validate(job, origin=None):
     elif job["mlm_probability"] is not None:
         fail("mlm_probability", f"mlm_probability applies to masked LM only; {job['model_type']} is causal (clm)",
              "drop mlm_probability (or set it to null)")
-    if job["precision"] in ("fp16", "bf16") and job["accelerator"] != "cuda":
-        fail("precision", f"precision {job['precision']} needs accelerator cuda, the inventory says "
-             f"{job['accelerator']}", "use precision auto or fp32 on cpu")
+    check_precision(job["precision"], job["accelerator"], where("precision"))
     if job["offload_optimizer"] != "none" and job["zero_stage"] == 0:
         fail("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0",
              "set -e zero_stage=2 or -e offload_optimizer=none")
@@ -453,6 +454,29 @@ def validate(job, origin=None):
         fail("run_name", f"run_name {job['run_name']!r} is not a safe directory name",
              "use letters, digits, '.', '_' and '-' (up to 100, starting with a letter or digit)")
     _validate_model_config(job, where)
+
+
+def precision_of_flags(bf16, fp16, where):
+    """The job precision a Trainer runs with for TrainingArguments' `--bf16` / `--fp16` flags (booleans).
+
+    Returns "bf16", "fp16" or "fp32" (neither flag). Raises JobError (naming `where`) when both are set: the HF
+    Trainer and DeepSpeed run one of them.
+    """
+    if bf16 and fp16:
+        raise JobError("both --fp16 and --bf16 are enabled", where,
+                       "keep one (bf16 on GPUs of compute capability >= 8.0, fp16 otherwise)")
+    return "bf16" if bf16 else "fp16" if fp16 else "fp32"
+
+
+def check_precision(precision, accelerator, where):
+    """The one precision rule: fp16 and bf16 need accelerator cuda (a CPU runs fp32).
+
+    `precision` is a resolved precision (fp32|fp16|bf16), `accelerator` cpu|cuda. Returns None; raises JobError
+    naming `where` otherwise.
+    """
+    if precision in ("fp16", "bf16") and accelerator != "cuda":
+        raise JobError(f"precision {precision} needs accelerator cuda, the job's accelerator is {accelerator}",
+                       where, "use precision auto or fp32 on cpu")
 
 
 def _is_kind(value, kind, nullable):

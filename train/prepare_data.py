@@ -18,9 +18,12 @@ Everything is written into a temporary directory beside ARTIFACT_DIR and moved i
 (train/artifact.py). When ARTIFACT_DIR's MANIFEST verifies and its prepare.json records the same data settings and
 source fingerprint, nothing is done and the last line says ``up to date``.
 
-Job keys read (train/job.py's names): task, tokenizer_type (wordpiece | byte_bpe), vocab_size, lowercase,
-tokenizer_path, dataset_path, max_seq_length, and text_column when present (default "text": the column of a saved
-dataset). A nested ``tokenizer: {kind, name_or_path, vocab_size, lowercase}`` is accepted too.
+The job file is read and validated by train.job.load_job (the one job schema: the same keys, types and bounds as
+``python -m train.job resolve``); prepare_data uses task, tokenizer_type (wordpiece | byte_bpe), vocab_size,
+lowercase, tokenizer_path, dataset_path, text_column and max_seq_length. A trained tokenizer can reach fewer entries
+than vocab_size asks (a small corpus has fewer distinct words and merges): the size reached is printed against the
+one asked, with a ``warning:`` line below VOCAB_WARN_FRACTION, and prepare.json records both (``vocab_size``: the
+real size, which train/pretrain.py builds the model with; ``vocab_size_requested``).
 Exit status: 0 done / up to date / verified; 1 verification failed; 2 bad input (one line ``error: ...; fix``).
 """
 
@@ -39,8 +42,9 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 
 from train import artifact, corpus
 from train.corpus import DataError
+from train.job import DATA_FORMAT_VERSION, JobError, load_job
 
-FORMAT_VERSION = 1
+VOCAB_WARN_FRACTION = 0.9  # warn when a trained tokenizer reaches less than this share of the vocab_size asked
 MAP_BATCH = 1000  # documents per datasets.map batch (and per group_texts window, as in run_mlm.py)
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -54,69 +58,48 @@ def say(msg: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ job
-def load_job(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            job = json.load(f)
-    except FileNotFoundError:
-        raise DataError(f"job file {path} not found; write it with `python -m train.job resolve ... --out {path}`")
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"cannot read job file {path} ({e}); re-create it with `python -m train.job resolve`")
-    if not isinstance(job, dict):
-        raise DataError(f"job file {path} is not a JSON object; re-create it with `python -m train.job resolve`")
-    return job
-
-
 def data_settings(job: dict) -> dict:
-    """The job keys that decide the artifact's content, validated and normalised.
+    """The job keys that decide the artifact's content, from a job validated by train.job.load_job.
 
-    Reads train/job.py's flat keys (task, tokenizer_type, vocab_size, lowercase, tokenizer_path, dataset_path,
-    max_seq_length, optional text_column); a nested ``tokenizer: {kind, name_or_path, vocab_size, lowercase}``
-    mapping is accepted in place of the four tokenizer keys.
+    Returns:
+        {"task", "tokenizer": {"kind" (wordpiece|bpe), "name_or_path" (None: train one), "vocab_size" (None when a
+        tokenizer is given), "lowercase"}, "max_seq_length", "dataset_path", "text_column"}.
     """
-
-    def need(key, value, ok, what):
-        if not ok:
-            raise DataError(f"job key {key}={value!r} is invalid: {what}; fix it with -e {key}=...")
-        return value
-
-    nested = job.get("tokenizer")
-    if isinstance(nested, dict):
-        kind, name_or_path = nested.get("kind"), nested.get("name_or_path")
-        vocab, lowercase = nested.get("vocab_size"), nested.get("lowercase", False)
-        kind_key = "tokenizer.kind"
-    else:
-        kind, name_or_path = job.get("tokenizer_type"), job.get("tokenizer_path")
-        vocab, lowercase = job.get("vocab_size"), job.get("lowercase", False)
-        kind_key = "tokenizer_type"
-    task = need("task", job.get("task"), job.get("task") in ("mlm", "clm"), "must be mlm or clm")
-    kind = {"byte_bpe": "bpe"}.get(kind, kind)
-    need(kind_key, kind, kind in ("wordpiece", "bpe"), "must be wordpiece or byte_bpe")
-    if name_or_path in (None, ""):
-        name_or_path = None
-        need("vocab_size", vocab, isinstance(vocab, int) and not isinstance(vocab, bool) and vocab >= 100,
-             "an integer >= 100 is needed to train a tokenizer")
-        if kind == "bpe":
-            specials = ROBERTA_SPECIALS if task == "mlm" else GPT2_SPECIALS
-            need("vocab_size", vocab, vocab > 256 + len(specials),
-                 f"byte-level BPE needs more than {256 + len(specials)} (256 bytes + special tokens)")
-    seq = job.get("max_seq_length")
-    need("max_seq_length", seq, isinstance(seq, int) and not isinstance(seq, bool) and 8 <= seq <= 1_000_000,
-         "an integer >= 8 is needed")
-    column = job.get("text_column") or "text"
-    need("text_column", column, isinstance(column, str), "must be a column name")
+    name_or_path = job.get("tokenizer_path") or None
     return {
-        "task": task,
+        "task": job["task"],
         "tokenizer": {
-            "kind": kind,
+            "kind": {"byte_bpe": "bpe"}.get(job["tokenizer_type"], job["tokenizer_type"]),
             "name_or_path": name_or_path,
-            "vocab_size": vocab,
-            "lowercase": bool(lowercase),
+            "vocab_size": job["vocab_size"] if name_or_path is None else None,
+            "lowercase": bool(job["lowercase"]),
         },
-        "max_seq_length": seq,
+        "max_seq_length": job["max_seq_length"],
         "dataset_path": job.get("dataset_path"),
-        "text_column": column,
+        "text_column": job.get("text_column") or "text",
     }
+
+
+def vocab_report(reached: int, requested: int | None) -> tuple[str, bool]:
+    """The line comparing a tokenizer's vocabulary with the vocab_size asked, and whether it is a warning.
+
+    Args:
+        reached: len(tokenizer), entries including special tokens.
+        requested: the job's vocab_size, or None for a given (not trained) tokenizer.
+
+    Returns:
+        (line, warn): warn is True when reached < VOCAB_WARN_FRACTION x requested; the line then says why and
+        what to do.
+    """
+    if not requested:
+        return f"vocabulary: {reached} tokens (the given tokenizer's)", False
+    share = reached / requested
+    line = f"vocabulary: {reached} tokens reached of vocab_size {requested} asked ({100 * share:.0f}%)"
+    if share >= VOCAB_WARN_FRACTION:
+        return line, False
+    return (f"warning: the tokenizer reached only {reached} of the {requested} tokens vocab_size asks "
+            f"({100 * share:.0f}%): the corpus has too little distinct text for that vocabulary. The model is built "
+            f"with the {reached} it has; give more text (-e dataset_path=...) or ask for -e vocab_size=<= {reached}"), True
 
 
 # ------------------------------------------------------------------------------------------------------ tokenizer
@@ -225,7 +208,7 @@ def up_to_date(out: Path, settings: dict, fingerprint: str) -> tuple[bool, str]:
         meta = json.loads((out / "prepare.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return False, "existing prepare.json is unreadable"
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") != DATA_FORMAT_VERSION:
         return False, "artifact format changed"
     if meta.get("settings") != settings:
         return False, "data settings changed"
@@ -287,6 +270,8 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
     tokenizer.model_max_length = settings["max_seq_length"]
     tokenizer.save_pretrained(stage / "tokenizer")
     say(f"tokenizer: {type(tokenizer).__name__}, {len(tokenizer)} tokens, specials {tokenizer.all_special_tokens}")
+    line, _warn = vocab_report(len(tokenizer), t["vocab_size"] if trained else None)
+    say(line)
 
     # 3. tokenize, then group into blocks (run_mlm.py's tokenize_function + group_texts)
     mlm = settings["task"] == "mlm"
@@ -340,6 +325,12 @@ def _doc_rows(source):
 
 
 def prepare(job_path: str, out: Path, force: bool = False) -> int:
+    """Build (or find up to date) the artifact of the job file ``job_path`` at ``out``; returns 0.
+
+    Raises:
+        JobError: the job file is missing, unreadable or invalid (train.job.load_job).
+        DataError: a problem with the data the user can fix (missing, empty, not UTF-8, too short, ...).
+    """
     job = load_job(job_path)
     settings = data_settings(job)
     source = corpus.open_source(settings["dataset_path"], settings["text_column"])
@@ -364,7 +355,7 @@ def prepare(job_path: str, out: Path, force: bool = False) -> int:
         blocks = len(ds)
         tok = info["tokenizer"]
         meta = {
-            "format_version": FORMAT_VERSION,
+            "format_version": DATA_FORMAT_VERSION,
             "settings": recorded,
             "source": {**source.to_json(fp), "documents": info["documents"]},
             "task": settings["task"],
@@ -373,6 +364,7 @@ def prepare(job_path: str, out: Path, force: bool = False) -> int:
             "tokens": blocks * settings["max_seq_length"],
             "corpus_tokens": info["corpus_tokens"],
             "vocab_size": len(tok),
+            "vocab_size_requested": settings["tokenizer"]["vocab_size"],
             "columns": ds.column_names,
             "tokenizer": {
                 "trained": info["trained"],
@@ -401,7 +393,8 @@ def prepare(job_path: str, out: Path, force: bool = False) -> int:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     say(f"built {out}: {blocks} blocks x {settings['max_seq_length']} tokens = {meta['tokens']} tokens, "
-        f"vocab {meta['vocab_size']}")
+        f"vocab {meta['vocab_size']}" + (f" of {meta['vocab_size_requested']} asked" if meta['vocab_size_requested']
+                                         else ""))
     return 0
 
 
@@ -430,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--job and --out are both required (or --verify ARTIFACT)")
     try:
         return prepare(args.job, Path(args.out).resolve(), force=args.force)
-    except DataError as e:
+    except (DataError, JobError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,8 +1,7 @@
 """A user's own training script (``-e script=run_mlm.py -e script_args=...``): its arguments, on the controller.
 
 ``train.yml`` launches a user's HF Trainer script (for example transformers' examples/pytorch/language-modeling/
-run_mlm.py) the way it launches train/pretrain.py. This module, which uses only the standard library so the Ansible
-controller's Python runs it, does three things with the script's arguments:
+run_mlm.py) the way it launches train/pretrain.py. This module does three things with the script's arguments:
 
 * :func:`split` -- accept them as a list or as one shell-quoted string (``-e script_args="--max_steps 100 ..."``);
 * :func:`job_overrides` -- read the TrainingArguments that the rendered ds_config must agree with (micro batch,
@@ -11,60 +10,70 @@ controller's Python runs it, does three things with the script's arguments:
 * :func:`complete` -- add the project's ``--deepspeed <rendered config>`` and ``--output_dir`` unless the user gave
   them, and replace ``{data}`` with the node-local copy of the staged data (``-e script_data=...``).
 
+The TrainingArguments flags are read by transformers' own parser, ``HfArgumentParser(TrainingArguments)
+.parse_known_args`` (the script's other flags are left alone), so names, boolean spellings and defaults are exactly
+the Trainer's: nothing is copied from transformers by hand. Only the argparse namespace is used; TrainingArguments
+is never instantiated (its __post_init__ would set up devices). transformers imports without torch, so the
+Ansible controller's Python runs this too (requirements.txt pins the same transformers as the nodes); it is
+imported inside the functions, so ``import train.script_args`` stays cheap.
+
 CLI: ``python -m train.script_args overrides|argv ...`` (see ``--help``); exit 2 with one ``error:`` line on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import os
 import shlex
 import sys
 
-#: TrainingArguments flags that map one-to-one onto job keys (and so reach ds_config's "auto" checks)
-NUMERIC_FLAGS = {
-    "per_device_train_batch_size": int,
-    "gradient_accumulation_steps": int,
-    "learning_rate": float,
-    "weight_decay": float,
-    "adam_beta1": float,
-    "adam_beta2": float,
-    "adam_epsilon": float,
-    "max_grad_norm": float,
-    "warmup_steps": int,
-    "max_steps": int,
-    "seed": int,
-}
-#: TrainingArguments defaults (transformers 5.x) for what the script leaves out
-TRAINER_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "warmup_steps": 0}
+from train.job import JobError, precision_of_flags
+
+#: TrainingArguments fields that map one-to-one onto job keys (and so reach ds_config's "auto" checks)
+JOB_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay",
+              "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "max_steps", "seed")
 PLACEHOLDER = "{data}"
 
 
 class ScriptArgsError(ValueError):
-    """Bad script arguments; the message says what is wrong and how to fix it."""
+    """Bad script arguments; the message (one line) says what is wrong and how to fix it."""
 
 
 def split(value) -> list[str]:
     """Return the script's arguments as a list of strings.
 
     Args:
-        value: a list (each item one argument), a JSON list in a string, or one shell-quoted string; None or ""
-            for no arguments.
+        value: a list (each item one argument: str, int or float), a JSON list in a string, or one shell-quoted
+            string; None or "" for no arguments.
+
+    Returns:
+        list of str, e.g. ``["--max_steps", "100"]``.
 
     Raises:
-        ScriptArgsError: unbalanced quotes, or a list item that is not a string or number.
+        ScriptArgsError: a dict (or a JSON object in a string), a string that starts with ``{`` or ``[`` but is not
+            valid JSON, a JSON value that is not a list, unbalanced quotes, or a list item that is not a string or
+            number.
     """
     if value is None or value == "":
         return []
+    if isinstance(value, dict):
+        raise ScriptArgsError("script_args is a mapping; give a list of arguments, e.g. "
+                              '["--max_steps", "100"], or one shell-quoted string "--max_steps 100"')
     if isinstance(value, str):
         text = value.strip()
-        if text.startswith("["):
+        if text.startswith(("[", "{")):
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as e:
-                raise ScriptArgsError(f"script_args looks like a JSON list but is not valid JSON ({e.msg}); "
-                                      "give a list or one shell-quoted string") from None
+                raise ScriptArgsError(f"script_args starts with {text[0]!r} but is not valid JSON ({e.msg} at "
+                                      f"character {e.pos}); give a JSON list such as "
+                                      '["--max_steps", "100"] or one shell-quoted string "--max_steps 100"') from None
+            if isinstance(value, dict):
+                raise ScriptArgsError("script_args is a JSON object; give a JSON list of arguments, e.g. "
+                                      '["--max_steps", "100"], or one shell-quoted string "--max_steps 100"')
         else:
             try:
                 return shlex.split(text)
@@ -72,39 +81,48 @@ def split(value) -> list[str]:
                 raise ScriptArgsError(f"script_args cannot be split into arguments ({e}); balance the quotes") from None
     if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
                                               for v in value):
-        raise ScriptArgsError("script_args must be a list of strings or one shell-quoted string")
+        raise ScriptArgsError("script_args must be a list of strings or one shell-quoted string; give e.g. "
+                              '["--max_steps", "100"] or "--max_steps 100"')
     return [str(v) for v in value]
 
 
-def _flags(args: list[str]) -> dict[str, str | None]:
-    """Map ``--name`` -> value (``None`` for a bare flag) for every ``--name value`` / ``--name=value``."""
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("--") and len(arg) > 2:
-            name, eq, val = arg[2:].partition("=")
-            name = name.replace("-", "_")
-            if eq:
-                out[name] = val
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                out[name] = args[i + 1]
-                i += 1
-            else:
-                out[name] = None
-        i += 1
-    return out
+@functools.lru_cache(maxsize=1)
+def _parser():
+    """transformers' HfArgumentParser over TrainingArguments, raising ScriptArgsError instead of exiting."""
+    # transformers warns once at import that PyTorch is missing (true on the controller, and irrelevant here)
+    quiet = "TRANSFORMERS_NO_ADVISORY_WARNINGS" not in os.environ
+    if quiet:
+        os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"
+    try:
+        from transformers import HfArgumentParser, TrainingArguments
+    finally:
+        if quiet:
+            os.environ.pop("TRANSFORMERS_NO_ADVISORY_WARNINGS", None)
+
+    class _Parser(HfArgumentParser):
+        def error(self, message):
+            raise ScriptArgsError(f"{message} (script_args, as TrainingArguments reads them); fix that argument")
+
+    # exact names only: an abbreviation the user's own parser would read differently must not match here
+    return _Parser(TrainingArguments, allow_abbrev=False, add_help=False)
 
 
-def _truthy(name: str, value: str | None) -> bool:
-    if value is None:
-        return True
-    low = value.strip().lower()
-    if low in ("1", "true", "yes", "y", "on"):
-        return True
-    if low in ("0", "false", "no", "n", "off"):
-        return False
-    raise ScriptArgsError(f"--{name} {value!r} is not a boolean; use --{name} true or --{name} false")
+def training_arguments(args: list[str]) -> argparse.Namespace:
+    """The script's TrainingArguments as transformers parses them, without building TrainingArguments.
+
+    Args:
+        args: the script's arguments (see :func:`split`); flags of the script's own dataclasses are ignored.
+
+    Returns:
+        argparse.Namespace with one attribute per TrainingArguments field: the script's value, else the
+        dataclass default (e.g. ``per_device_train_batch_size`` 8, ``max_steps`` -1, ``warmup_steps`` 0).
+
+    Raises:
+        ScriptArgsError: a TrainingArguments flag whose value does not parse (``--max_steps lots``,
+            ``--bf16 maybe``), with argparse's message.
+    """
+    namespace, _unknown = _parser().parse_known_args(list(args))
+    return namespace
 
 
 def job_overrides(args: list[str]) -> dict:
@@ -114,40 +132,35 @@ def job_overrides(args: list[str]) -> dict:
         args: the script's arguments (see :func:`split`).
 
     Returns:
-        ``{job key: value}``: every NUMERIC_FLAGS key the script sets (TRAINER_DEFAULTS for micro batch,
-        accumulation and warm-up when it doesn't, since the Trainer then uses those), and ``precision``
-        (bf16 / fp16 / fp32 from ``--bf16`` / ``--fp16``). ``--warmup_ratio`` r with ``--max_steps`` n gives
-        warmup_steps = ceil(r * n) (transformers' TrainingArguments.get_warmup_steps); without max_steps the
-        number of steps is unknown before the data is loaded, so warm-up counts as present (1) and ds_config keeps
-        its "auto" scheduler for the Trainer to fill.
+        ``{job key: value}``: the JOB_FIELDS values the Trainer will run with (given or TrainingArguments'
+        defaults), ``warmup_steps`` (int) and ``precision`` (bf16 / fp16 / fp32 from ``--bf16`` / ``--fp16``).
+        transformers 5's ``--warmup_steps`` is a float: >= 1 is a number of steps, a fraction in (0, 1) is a share
+        of the total steps (TrainingArguments.get_warmup_steps: ceil(share x max_steps)); without a positive
+        max_steps the total is unknown before the data is loaded, so warm-up counts as present (1) and ds_config
+        keeps its "auto" scheduler for the Trainer to fill. ``max_steps`` is left out when the script trains by
+        epochs (``max_steps`` -1): the job keeps its own positive value.
 
     Raises:
-        ScriptArgsError: a numeric flag without a number, --fp16 together with --bf16, a non-boolean precision flag.
+        ScriptArgsError: a flag value TrainingArguments can't parse, a negative warm-up, or --fp16 together with
+            --bf16.
     """
-    flags = _flags(args)
-    out: dict = dict(TRAINER_DEFAULTS)
-    for name, kind in NUMERIC_FLAGS.items():
-        if name in flags:
-            raw = flags[name]
-            try:
-                out[name] = kind(raw) if kind is float else int(str(raw))
-            except (TypeError, ValueError):
-                raise ScriptArgsError(f"--{name} needs a {'number' if kind is float else 'whole number'}, got "
-                                      f"{raw!r} (script_args)") from None
-    if "warmup_steps" not in flags and "warmup_ratio" in flags:
-        try:
-            ratio = float(flags["warmup_ratio"] or "")
-        except ValueError:
-            raise ScriptArgsError(f"--warmup_ratio needs a number, got {flags['warmup_ratio']!r}") from None
-        if ratio > 0:
-            out["warmup_steps"] = math.ceil(ratio * out["max_steps"]) if out.get("max_steps", -1) > 0 else 1
-    fp16 = "fp16" in flags and _truthy("fp16", flags["fp16"])
-    bf16 = "bf16" in flags and _truthy("bf16", flags["bf16"])
-    if fp16 and bf16:
-        raise ScriptArgsError("script_args enable both --fp16 and --bf16; keep one (bf16 on GPUs of compute "
-                              "capability >= 8.0, fp16 otherwise)")
-    out["precision"] = "bf16" if bf16 else "fp16" if fp16 else "fp32"
-    if out.get("max_steps", 1) <= 0:
+    ns = training_arguments(args)
+    out = {name: getattr(ns, name) for name in JOB_FIELDS}
+    warmup = float(ns.warmup_steps)
+    if warmup < 0 or not math.isfinite(warmup):
+        raise ScriptArgsError(f"--warmup_steps {ns.warmup_steps} is negative (script_args); give a number of steps "
+                              "(>= 1), a share of the total steps in (0, 1), or 0")
+    if warmup >= 1:
+        out["warmup_steps"] = int(warmup)
+    elif warmup > 0:
+        out["warmup_steps"] = math.ceil(warmup * ns.max_steps) if ns.max_steps > 0 else 1
+    else:
+        out["warmup_steps"] = 0
+    try:
+        out["precision"] = precision_of_flags(ns.bf16, ns.fp16, "script_args")
+    except JobError as e:
+        raise ScriptArgsError(str(e)) from None
+    if out["max_steps"] <= 0:
         out.pop("max_steps")  # -1: the Trainer trains num_train_epochs; the job keeps its own positive default
     return out
 
@@ -161,28 +174,36 @@ def complete(args: list[str], output_dir: str, deepspeed: str, data_dir: str | N
         deepspeed: the rendered DeepSpeed config on the nodes (added as ``--deepspeed`` unless given).
         data_dir: node-local copy of ``script_data``; replaces every ``{data}`` inside an argument.
 
+    Returns:
+        list of str: the user's arguments ({data} replaced), then ``--deepspeed`` / ``--output_dir`` when missing.
+
     Raises:
-        ScriptArgsError: ``{data}`` is used but no script_data was staged.
+        ScriptArgsError: ``{data}`` is used but no script_data was staged, or a TrainingArguments value does not
+            parse.
     """
     if any(PLACEHOLDER in a for a in args):
         if not data_dir:
             raise ScriptArgsError("script_args use {data} but no -e script_data=<path on the head> was given to stage")
         args = [a.replace(PLACEHOLDER, data_dir) for a in args]
-    flags = _flags(args)
+    ns = training_arguments(args)
     out = list(args)
-    if "deepspeed" not in flags:
+    if ns.deepspeed is None:
         out += ["--deepspeed", deepspeed]
-    if "output_dir" not in flags:
+    if ns.output_dir is None:
         out += ["--output_dir", output_dir]
     return out
 
 
 def output_dir_of(args: list[str], default: str) -> str:
-    """The ``--output_dir`` the script will write to (the user's, or ``default``)."""
-    return _flags(args).get("output_dir") or default
+    """The ``--output_dir`` the script will write to: the user's (as TrainingArguments reads it), or ``default``.
+
+    Raises:
+        ScriptArgsError: a TrainingArguments value does not parse.
+    """
+    return training_arguments(args).output_dir or default
 
 
-def _parser() -> argparse.ArgumentParser:
+def _cli_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m train.script_args", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overrides", help="print the job keys the script's arguments imply (JSON)")
@@ -197,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 with one ``error:`` line on stderr for bad input)."""
-    ns = _parser().parse_args(argv)
+    ns = _cli_parser().parse_args(argv)
     try:
         args = split(ns.script_args)
         if ns.cmd == "overrides":

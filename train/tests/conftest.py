@@ -29,18 +29,31 @@ SEQ = 64
 
 
 def job_dict(**overrides) -> dict:
-    """A resolved job as train/job.py writes it (only the keys prepare_data reads, plus model / model_size)."""
-    job = {
-        "model": "bert", "model_size": "test", "task": "mlm", "model_type": "bert", "tokenizer_type": "wordpiece",
-        "vocab_size": 2000, "lowercase": True, "tokenizer_path": None, "dataset_path": None,
-        "max_seq_length": SEQ, "mlm_probability": 0.15, "seed": 42,
-    }
-    job.update(overrides)
+    """A resolved job exactly as train/job.py writes it: preset ``model`` (default: the one that fits the given
+    model_type / task / tokenizer_type, else bert), size tiny, on cpu, vocab_size 2000, blocks of SEQ, run_name test-run, then ``overrides``
+    (any job key). A fixed key (task, model_type, tokenizer_type) the preset does not have is written in as a hand
+    edit would be (data_key recomputed), so train.job.load_job's validation is what judges it."""
+    from train import job as J
+
+    fixed = {k: overrides.pop(k) for k in J.FIXED_KEYS if k in overrides}
+    model = (overrides.pop("model", None)
+             or {"gpt2": "gpt2", "roberta": "roberta"}.get(fixed.get("model_type"))
+             or ("gpt2" if fixed.get("task") == "clm" else "roberta" if fixed.get("tokenizer_type") == "byte_bpe"
+                 else "bert"))
+    base = {"model_size": "tiny", "accelerator": "cpu", "vocab_size": 2000, "max_seq_length": SEQ, "seed": 42,
+            "run_name": "test-run"}
+    job = J.resolve(model, {**base, **overrides})
+    for key, value in fixed.items():
+        job[key] = value
+    job["data_key"] = J.data_key(job)
     return job
 
 
 def write_job(path: Path, **overrides) -> Path:
-    path.write_text(json.dumps(job_dict(**overrides)), encoding="utf-8")
+    """Write job_dict(**overrides) to ``path`` (train.job.write_json_atomic); returns the path."""
+    from train import job as J
+
+    J.write_json_atomic(path, job_dict(**overrides))
     return path
 
 
@@ -124,14 +137,15 @@ def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", mod
 
 
 def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420,
-           entry: tuple[str, ...] = ("train/pretrain.py",)) -> tuple[subprocess.CompletedProcess, float]:
+           entry: tuple[str, ...] = ("train/pretrain.py",),
+           env_extra: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
     """``deepspeed --hostfile H --no_ssh_check --master_addr 127.0.0.1 --master_port P train/pretrain.py ARGS`` from
     the repo root, as the playbook runs it on one node; returns (process, seconds)."""
     hostfile = workdir / "hostfile"
     hostfile.write_text(f"localhost slots={ranks}\n", encoding="utf-8")
     cmd = [DEEPSPEED, "--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), *entry, *args]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
     env.pop("OMP_NUM_THREADS", None)  # let pretrain.py pick (cores / ranks per node)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, check=False, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,

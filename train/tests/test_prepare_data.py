@@ -65,7 +65,7 @@ def test_text_directory_source(tmp_path):
     (corpus / "a.txt").write_text("\n\n".join(paras[:200]), encoding="utf-8")
     (corpus / "sub" / "b.txt").write_text("\n\n".join(paras[200:]), encoding="utf-8")
     (corpus / "ignored.md").write_text("not a .txt file " * 1000, encoding="utf-8")
-    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=500, max_seq_length=32)
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=600, max_seq_length=32)
     prepare_or_fail(job, tmp_path / "art")
     meta = json.loads((tmp_path / "art" / "prepare.json").read_text())
     assert meta["source"]["kind"] == "text_dir" and meta["source"]["path"] == str(corpus)
@@ -82,9 +82,9 @@ def test_text_file_and_saved_dataset_sources_give_the_same_blocks(tmp_path):
     saved = tmp_path / "saved"
     DatasetDict({"train": Dataset.from_dict({"body": paras, "id": list(range(len(paras)))})}).save_to_disk(str(saved))
 
-    prepare_or_fail(write_job(tmp_path / "j1.json", dataset_path=str(tmp_path / "corpus.txt"), vocab_size=500),
+    prepare_or_fail(write_job(tmp_path / "j1.json", dataset_path=str(tmp_path / "corpus.txt"), vocab_size=600),
                     tmp_path / "from_file")
-    prepare_or_fail(write_job(tmp_path / "j2.json", dataset_path=str(saved), text_column="body", vocab_size=500),
+    prepare_or_fail(write_job(tmp_path / "j2.json", dataset_path=str(saved), text_column="body", vocab_size=600),
                     tmp_path / "from_saved")
     m1 = json.loads((tmp_path / "from_file" / "prepare.json").read_text())
     m2 = json.loads((tmp_path / "from_saved" / "prepare.json").read_text())
@@ -134,7 +134,7 @@ def test_second_prepare_is_a_noop_and_changes_rebuild(tmp_path):
     paras = _pydoc_paragraphs(300)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(paras), encoding="utf-8")
-    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=400, max_seq_length=32)
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=600, max_seq_length=32)
     out = tmp_path / "art"
     prepare_or_fail(job, out)
     stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
@@ -144,7 +144,7 @@ def test_second_prepare_is_a_noop_and_changes_rebuild(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamp, "a no-op must not touch the artifact"
 
     # a different data setting rebuilds (the old artifact is replaced whole)
-    job2 = write_job(tmp_path / "job2.json", dataset_path=str(corpus), vocab_size=400, max_seq_length=16)
+    job2 = write_job(tmp_path / "job2.json", dataset_path=str(corpus), vocab_size=600, max_seq_length=16)
     proc = prepare_or_fail(job2, out)
     assert "up to date" not in proc.stdout and json.loads((out / "prepare.json").read_text())["block_length"] == 16
     # so does a change in the source text
@@ -198,13 +198,37 @@ def test_tokenizers_reload_and_round_trip(kind, task, tmp_path, bert_artifact, g
             assert sum(r.count(tok.eos_token_id) for r in blocks) > 10
             assert json.loads((art / "prepare.json").read_text())["tokenizer"]["eos_appended_per_document"]
     # the saved tokenizer in a tokenizer_path dir is reused as is (no training)
-    job = write_job(tmp_path / "reuse.json", tokenizer_path=str(art / "tokenizer"), vocab_size=None,
+    job = write_job(tmp_path / "reuse.json", tokenizer_path=str(art / "tokenizer"),
                     task=task, tokenizer_type=kind, dataset_path=str(_write_small_corpus(tmp_path)))
     prepare_or_fail(job, tmp_path / "reused")
     meta = json.loads((tmp_path / "reused" / "prepare.json").read_text())
     assert meta["tokenizer"]["trained"] is False and meta["vocab_size"] == len(tok)
     assert (tmp_path / "reused" / "tokenizer" / "tokenizer.json").read_text() == \
         (art / "tokenizer" / "tokenizer.json").read_text()
+
+
+def test_vocabulary_reached_is_printed_recorded_and_warned_about(tmp_path):
+    """A small corpus cannot fill vocab_size 30522 (the blog's BERT): prepare says so, records both sizes."""
+    from transformers import AutoTokenizer
+
+    job = write_job(tmp_path / "job.json", dataset_path=str(_write_small_corpus(tmp_path)), vocab_size=30522)
+    proc = prepare_or_fail(job, tmp_path / "art")
+    meta = json.loads((tmp_path / "art" / "prepare.json").read_text())
+    reached = len(AutoTokenizer.from_pretrained(str(tmp_path / "art" / "tokenizer")))
+    assert meta["vocab_size"] == reached < 0.9 * 30522 and meta["vocab_size_requested"] == 30522
+    warnings = [ln for ln in proc.stdout.splitlines() if "warning:" in ln]
+    assert len(warnings) == 1, proc.stdout
+    assert f"only {reached} of the 30522" in warnings[0] and "vocab_size" in warnings[0]
+
+
+def test_vocab_report_warns_below_ninety_percent():
+    from train.prepare_data import vocab_report
+
+    assert vocab_report(2000, 2000) == ("vocabulary: 2000 tokens reached of vocab_size 2000 asked (100%)", False)
+    assert vocab_report(1850, 2000)[1] is False
+    line, warn = vocab_report(5600, 30522)
+    assert warn and line.startswith("warning:") and "5600" in line and "30522" in line and "18%" in line
+    assert vocab_report(1234, None) == ("vocabulary: 1234 tokens (the given tokenizer's)", False)
 
 
 def _write_small_corpus(tmp_path: Path) -> Path:

@@ -13,6 +13,8 @@ import math
 
 import pytest
 
+from train.runtime import METRICS_KEYS
+
 from .conftest import TINY_BERT, TINY_GPT2, ds_config, job_dict, launch, pretrain_args
 
 BERT_STEPS = 30
@@ -26,7 +28,7 @@ def bert_2ranks(bert_artifact, tmp_path_factory):
     out = work / "output"
     args = pretrain_args(bert_artifact, out, ds_config(work / "ds_config.json"), max_steps=BERT_STEPS)
     proc, seconds = launch(2, args, work)
-    return {"out": out, "log": proc.stdout, "seconds": seconds,
+    return {"out": out, "log": proc.stdout, "seconds": seconds, "artifact": bert_artifact,
             "metrics": json.loads((out / "metrics.json").read_text())}
 
 
@@ -48,11 +50,16 @@ def test_two_ranks_are_two_ranks(bert_2ranks):
 
 def test_metrics_and_progress(bert_2ranks):
     m, out = bert_2ranks["metrics"], bert_2ranks["out"]
-    assert (m["model"], m["model_size"], m["run_name"]) == ("bert", "test", "bert-test-run")
+    assert (m["model"], m["model_size"], m["run_name"]) == ("bert", "tiny", "bert-test-run")
     assert m["steps"] == m["max_steps"] == BERT_STEPS
     assert m["last_loss"] < m["first_loss"] - 0.2, (m["first_loss"], m["last_loss"])
     assert m["train_samples_per_second"] > 0 and m["wall_time_s"] > 0
     assert m["model_uses_num_items_in_batch"] is False  # BERT ignores it: the Trainer is told so (trap b)
+    assert tuple(m) == METRICS_KEYS and m["mode"] == "preset" and m["script"] is None and m["task"] == "mlm"
+    prepared = json.loads((bert_2ranks["artifact"] / "prepare.json").read_text())
+    # the model is built with the vocabulary the tokenizer reached, and metrics.json says so next to the ask
+    assert m["vocab_size"] == prepared["vocab_size"] and m["vocab_size_requested"] == 2000
+    assert m["n_parameters"] > 100_000 and m["train_loss"] > 0 and m["eval"] is None
 
     records = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 5, 10, 15, 20, 25, 30]
@@ -141,18 +148,6 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- in-process units
-def test_num_items_probe_tells_bert_from_gpt2():
-    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
-
-    from train.pretrain import fix_loss_kwargs_flag
-
-    bert = BertForMaskedLM(BertConfig(vocab_size=100, **TINY_BERT))
-    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=100, **TINY_GPT2))
-    assert fix_loss_kwargs_flag(bert, 100) is False and bert.accepts_loss_kwargs is False
-    assert fix_loss_kwargs_flag(gpt2, 100) is True and gpt2.accepts_loss_kwargs is True
-    assert bert.training and gpt2.training  # the probe leaves the mode alone
-
-
 def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
     from train.pretrain import DataArguments, UsageError, load_artifact
 

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 from train import script_args
-from train.tests.conftest import ds_config, launch
+from train.runtime import METRICS_KEYS
+from train.tests.conftest import ds_config, launch, write_job
 
 USER_SCRIPT = textwrap.dedent('''
     """run_mlm.py in miniature, as a user would write it: nothing here knows about the project."""
@@ -41,6 +42,8 @@ USER_SCRIPT = textwrap.dedent('''
                           data_collator=DataCollatorForLanguageModeling(tok, mlm_probability=0.15))
         trainer.train()
         trainer.save_model()
+        if training_args.do_eval:  # run_mlm.py's evaluation after training
+            trainer.evaluate(eval_dataset=ds.select(range(32)))
 
 
     if __name__ == "__main__":
@@ -65,9 +68,13 @@ def user_run(bert_artifact, tmp_path_factory):
                                                 "intermediate_size": 128, "max_position_embeddings": 64})
         + "' --per_device_train_batch_size 8 --max_steps 30 --learning_rate 1e-3 --warmup_steps 3"
         " --logging_steps 5 --save_strategy no --report_to none --dataloader_num_workers 0 --remove_unused_columns false"
+        " --do_eval --per_device_eval_batch_size 8"
     )
     args = script_args.complete(user_args, str(out), str(ds_config(work / "ds.json")), str(data))
-    proc, _ = launch(2, args, work, entry=("train/run_script.py", str(script)))
+    # the job file is not beside the output directory: the launcher names it in DSC_JOB_FILE
+    job_file = write_job(tmp_path_factory.mktemp("plan") / "job.json", run_name="my-script-run")
+    proc, _ = launch(2, args, work, entry=("train/run_script.py", str(script)),
+                     env_extra={"DSC_JOB_FILE": str(job_file)})
     return proc, out
 
 
@@ -83,6 +90,23 @@ def test_user_script_runs_data_parallel_with_progress(user_run):
     assert (out / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "model.safetensors").is_file()  # the script's own save_model()
     assert "[rank 1/2] host=" in proc.stdout
+
+
+def test_user_script_metrics_have_the_run_name_and_the_eval_metrics(user_run):
+    """One set of metrics.json keys (the same as train/pretrain.py's), the run name from the job file named by
+    DSC_JOB_FILE, and the evaluation the script ran after training."""
+    _, out = user_run
+    m = json.loads((out / "metrics.json").read_text())
+    assert tuple(m) == METRICS_KEYS
+    assert m["run_name"] == "my-script-run" and m["mode"] == "script" and m["script"].endswith("my_run_mlm.py")
+    assert m["model"] is None and m["model_type"] == "bert"
+    assert m["eval"]["eval_loss"] > 0 and m["eval_loss"] == m["eval"]["eval_loss"]
+    assert m["perplexity"] == pytest.approx(__import__("math").exp(m["eval_loss"]))
+    from transformers import AutoTokenizer
+
+    assert m["vocab_size"] == len(AutoTokenizer.from_pretrained(str(out)))  # the tokenizer's real size
+    assert m["n_parameters"] > 100_000 and m["model_uses_num_items_in_batch"] is False
+    assert m["train_loss"] > 0 and m["train_samples_per_second"] > 0
 
 
 def test_loss_is_not_scaled_by_world_size(user_run):
@@ -101,9 +125,11 @@ def test_loss_is_not_scaled_by_world_size(user_run):
         ("--max_steps 100 --per_device_train_batch_size 4", {"max_steps": 100, "per_device_train_batch_size": 4,
                                                               "gradient_accumulation_steps": 1, "warmup_steps": 0,
                                                               "precision": "fp32"}),
-        ('["--bf16", "--warmup_ratio=0.1", "--max_steps=50"]', {"precision": "bf16", "warmup_steps": 5}),
+        ('["--bf16", "--warmup_steps=0.1", "--max_steps=50"]', {"precision": "bf16", "warmup_steps": 5}),
         ("--fp16 true --gradient_accumulation_steps 4", {"precision": "fp16", "gradient_accumulation_steps": 4}),
-        ("--warmup_ratio 0.2", {"warmup_steps": 1}),
+        ("--warmup_steps 0.2", {"warmup_steps": 1}),
+        ("--warmup_steps 12 --train_file x.txt --my_flag", {"warmup_steps": 12}),
+        ("--bf16 no --fp16=yes --learning_rate 2e-4", {"precision": "fp16", "learning_rate": 2e-4}),
         ("--max_steps -1", {}),
     ],
 )
@@ -119,14 +145,46 @@ def test_job_overrides(given, expect):
     ("given", "message"),
     [
         ("--fp16 --bf16", "both --fp16 and --bf16"),
-        ("--max_steps lots", "--max_steps needs a whole number"),
-        ("--bf16 maybe", "not a boolean"),
+        ("--max_steps lots", "--max_steps.*invalid int value: 'lots'"),
+        ("--bf16 maybe", "--bf16: Truthy value expected"),
+        ("--warmup_steps -3", "negative"),
         ("--output_dir 'unbalanced", "balance the quotes"),
+        ({"a": 1}, "mapping; give a list"),
+        ('{"--max_steps": 100}', "JSON object; give a JSON list"),
+        ("{not json", "starts with '{' but is not valid JSON.*give a JSON list"),
+        ('["--max_steps", 100', "starts with '\\[' but is not valid JSON"),
+        ("[true]", "list of strings"),
     ],
 )
 def test_bad_script_args_are_refused(given, message):
-    with pytest.raises(script_args.ScriptArgsError, match=message):
+    with pytest.raises(script_args.ScriptArgsError, match=message) as err:
         script_args.job_overrides(script_args.split(given))
+    assert "\n" not in str(err.value)
+
+
+def test_defaults_are_the_trainers_own():
+    """What the script leaves out is what TrainingArguments defaults to (read from the dataclass, not copied)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    got = script_args.job_overrides([])
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "adam_epsilon",
+                "weight_decay", "seed"):
+        assert got[key] == defaults[key], key
+    assert got["warmup_steps"] == defaults["warmup_steps"] == 0 and got["precision"] == "fp32"
+    assert "max_steps" not in got  # -1: trains by epochs
+
+
+def test_script_args_import_is_cheap():
+    import subprocess
+    import sys
+
+    from train.tests.conftest import REPO
+
+    code = "import sys, train.script_args; assert 'transformers' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
 
 
 def test_complete_adds_only_what_is_missing():
@@ -135,5 +193,7 @@ def test_complete_adds_only_what_is_missing():
     mine = ["--deepspeed=my.json", "--output_dir", "/mine"]
     assert script_args.complete(mine, "/o", "/c.json") == mine
     assert script_args.output_dir_of(mine, "/o") == "/mine"
+    assert script_args.output_dir_of(["--output-dir=/dash"], "/o") == "/dash"  # argparse's alias, as the Trainer
+    assert script_args.output_dir_of(["--output_dirx", "/not"], "/o") == "/o"  # no abbreviations either way
     with pytest.raises(script_args.ScriptArgsError, match="script_data"):
         script_args.complete(["{data}/x"], "/o", "/c.json", None)

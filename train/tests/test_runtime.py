@@ -1,0 +1,132 @@
+"""train/runtime.py: importing train/ changes nothing; bootstrap is explicit; the run identity of metrics.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from train import runtime
+
+from .conftest import REPO, write_job
+
+MODULES = ("train", "train.artifact", "train.callbacks", "train.corpus", "train.dsconfig", "train.job",
+           "train.prepare_data", "train.pretrain", "train.progress", "train.run_script", "train.runtime",
+           "train.script_args")
+
+
+def _run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = dict(os.environ, **(env or {}))
+    for key in ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        if key not in (env or {}):
+            full.pop(key, None)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full, capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_importing_train_modules_changes_nothing():
+    """No environment variable, no patched transformers class, no rank line: the imports' own dependencies are
+    imported first, so what is left is what train/ itself would do at import."""
+    code = f"""
+import json, os, sys
+import torch, transformers, datasets, accelerate, deepspeed
+from transformers import Trainer, TrainingArguments, TrainerCallback
+before = dict(os.environ)
+threads = torch.get_num_threads()
+init, post = transformers.Trainer.__init__, transformers.TrainingArguments.__post_init__
+print("DEPENDENCIES-IMPORTED", flush=True)
+for name in {MODULES!r}:
+    __import__(name)
+changed = sorted(set(os.environ.items()) ^ set(before.items()))
+assert not changed, changed
+assert transformers.Trainer.__init__ is init and transformers.TrainingArguments.__post_init__ is post
+assert torch.get_num_threads() == threads
+print("IMPORTED-CLEANLY")
+"""
+    proc = _run(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = proc.stdout.split("DEPENDENCIES-IMPORTED\n", 1)[1]
+    assert after.strip().splitlines() == ["IMPORTED-CLEANLY"], proc.stdout  # no "[rank 0/1] host=" line
+
+
+def test_bootstrap_sets_the_rank_environment_once():
+    code = """
+import os
+from train import runtime
+a = runtime.bootstrap()
+b = runtime.bootstrap()
+assert a is b
+print(os.environ["OMP_NUM_THREADS"], os.environ["HF_HUB_OFFLINE"], os.environ["TOKENIZERS_PARALLELISM"])
+"""
+    proc = _run(code, {"LOCAL_SIZE": "2", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("[rank 1/2] host=") and lines[0].endswith("local_rank=1")
+    cpus = len(os.sched_getaffinity(0))
+    assert lines[1] == f"{max(1, cpus // 2)} 1 false"
+    # what the user set is kept
+    proc = _run(code, {"OMP_NUM_THREADS": "7", "HF_HUB_OFFLINE": "0"})
+    assert proc.stdout.strip().splitlines()[-1] == "7 0 false"
+
+
+def test_bootstrap_makes_a_lone_deepspeed_process_rank_0_of_1():
+    proc = _run("import os; from train import runtime; runtime.bootstrap('ds.json', announce=False); "
+                "print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'], "
+                "int(os.environ['MASTER_PORT']) > 0)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "1", "127.0.0.1", "True"]
+
+
+def test_run_identity_prefers_env_then_job_file_then_run_name(tmp_path, monkeypatch):
+    monkeypatch.delenv(runtime.RUN_NAME_ENV, raising=False)
+    monkeypatch.delenv(runtime.JOB_FILE_ENV, raising=False)
+    out = tmp_path / "run" / "output"
+    out.mkdir(parents=True)
+    assert runtime.run_identity(out, "from-args")["run_name"] == "from-args"
+    assert runtime.run_identity(out, None) == {"run_name": None, "model": None, "model_size": None,
+                                               "job_file": None, "mode": "preset"}
+    beside = write_job(tmp_path / "run" / "job.json", run_name="beside-output")
+    ident = runtime.run_identity(out, "from-args")
+    assert ident == {"run_name": "beside-output", "model": "bert", "model_size": "tiny", "job_file": str(beside),
+                     "mode": "preset"}
+    elsewhere = write_job(tmp_path / "job-elsewhere.json", run_name="from-env-file")
+    monkeypatch.setenv(runtime.JOB_FILE_ENV, str(elsewhere))
+    ident = runtime.run_identity(tmp_path / "somewhere-else", None, script="/x/run_mlm.py")
+    assert ident == {"run_name": "from-env-file", "model": None, "model_size": None, "job_file": str(elsewhere),
+                     "mode": "script"}
+    monkeypatch.setenv(runtime.RUN_NAME_ENV, "from-env")
+    assert runtime.run_identity(out, "from-args")["run_name"] == "from-env"
+
+
+def test_configured_state_keeps_the_users_accelerator_config(tmp_path):
+    assert runtime.configured_state(None) == {"use_configured_state": True}
+    assert runtime.configured_state('{"split_batches": true}') == {"split_batches": True,
+                                                                    "use_configured_state": True}
+    path = tmp_path / "acc.json"
+    path.write_text(json.dumps({"even_batches": False}))
+    assert runtime.configured_state(str(path)) == {"even_batches": False, "use_configured_state": True}
+
+
+def test_num_items_probe_tells_bert_from_gpt2():
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    from .conftest import TINY_BERT, TINY_GPT2
+
+    bert = BertForMaskedLM(BertConfig(vocab_size=100, **TINY_BERT))
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=100, **TINY_GPT2))
+    assert runtime.fix_loss_kwargs_flag(bert, 100) is False and bert.accepts_loss_kwargs is False
+    assert runtime.fix_loss_kwargs_flag(gpt2, 100) is True and gpt2.accepts_loss_kwargs is True
+    assert bert.training and gpt2.training  # the probe leaves the mode alone
+    assert runtime.count_parameters(bert) == sum(p.numel() for p in bert.parameters())
+
+
+@pytest.mark.parametrize("name", ["train.script_args", "train.runtime", "train.prepare_data", "train.corpus",
+                                  "train.artifact", "train.progress"])
+def test_light_modules_import_no_heavy_package(name):
+    code = (f"import sys, {name}; heavy = {{m.split('.')[0] for m in sys.modules}} & "
+            "{'torch', 'transformers', 'deepspeed', 'datasets', 'numpy'}; assert not heavy, heavy")
+    proc = _run(code)
+    assert proc.returncode == 0, proc.stderr
