@@ -91,3 +91,33 @@ def test_slots_of_a_cuda_node_without_slots_are_its_gpu_count(run_playbook, tmp_
     assert lines == ["head-1 slots=2", "worker-1 slots=3"]
     proc, _ = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1"], {"head-1": {"slots": 2}, "worker-1": {}}))
     assert proc.returncode != 0 and "host worker-1: slots is \"not set\"" in proc.stdout
+
+
+def test_the_master_address_is_the_heads_cluster_address_not_its_ansible_host(run_playbook, tmp_path):
+    """One rule for every node's address (cluster_address, else ansible_host, else the name): ssh_mesh writes these
+    into /etc/hosts and the head's is the launcher's --master_addr, also where ansible_host is a management address."""
+    proc, facts = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1", "worker-2"], {
+        "head-1": {"slots": 1, "ansible_host": "192.168.50.10", "cluster_address": "10.1.0.10"},
+        "worker-1": {"slots": 1, "ansible_host": "10.1.0.11"},
+        "worker-2": {"slots": 1}}))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert facts["addresses"] == {"head-1": "10.1.0.10", "worker-1": "10.1.0.11", "worker-2": "worker-2"}
+    assert facts["master_addr"] == "10.1.0.10"
+
+
+def test_a_loopback_cluster_address_on_several_nodes_is_refused(run_playbook, tmp_path):
+    proc, _ = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1"], {
+        "head-1": {"slots": 1, "cluster_address": "127.0.1.1"}, "worker-1": {"slots": 1}}))
+    assert proc.returncode != 0 and "host head-1: its cluster address is \"127.0.1.1\"" in proc.stdout
+
+
+def test_a_limit_that_leaves_nodes_out_stops_at_once_naming_them(run_playbook, tmp_path):
+    inv = inventory(["head-1"], ["worker-1", "worker-2"], {n: {"slots": 1} for n in ("head-1", "worker-1", "worker-2")})
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
+    proc = run_playbook("roles/cluster_check/tests/inventory.yml", "-i", str(tmp_path / "hosts.yml"), "--limit",
+                        "worker-2", "-e", "out_dir=%s" % tmp_path, "-e", "ansible_python_interpreter=%s" % sys.executable)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("[ERROR]")]
+    assert len(errors) == 1 and "--limit leaves out head-1, worker-1 of the cluster" in errors[0], errors
+    assert "playbooks/provision.yml --limit worker-2" in proc.stdout
+    assert not (tmp_path / "facts.json").exists()
