@@ -23,6 +23,8 @@ _CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes as 64 hex chars (read in 1 MiB chunks); the one file hash of train/ (MANIFEST,
+    corpus fingerprints). Raises OSError when the file can't be read."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):

@@ -37,6 +37,9 @@ class DataError(Exception):
 
 @dataclass
 class Source:
+    """A corpus a job's dataset_path names (see open_source): its kind, absolute path, text column, a description
+    for messages and, for text sources, the files read."""
+
     kind: str  # pydoc_topics | text_file | text_dir | saved_dataset
     path: str | None  # absolute path, None for pydoc_topics
     text_column: str
@@ -44,6 +47,7 @@ class Source:
     files: list[Path] = field(default_factory=list)  # text files, for text_file / text_dir
 
     def to_json(self, fingerprint: str) -> dict:
+        """The source as prepare.json records it, with its content ``fingerprint`` (sha256 hex)."""
         return {
             "kind": self.kind,
             "path": self.path,

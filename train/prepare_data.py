@@ -54,6 +54,7 @@ _T0 = time.monotonic()
 
 
 def say(msg: str) -> None:
+    """Print ``prepare [<seconds since start>s] <msg>`` on stdout, flushed."""
     print(f"prepare [{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
 
 
@@ -199,6 +200,8 @@ def _fingerprint_settings(settings: dict, source: corpus.Source) -> dict:
 
 
 def up_to_date(out: Path, settings: dict, fingerprint: str) -> tuple[bool, str]:
+    """Whether the artifact at ``out`` can be kept: (True, reason) when its MANIFEST verifies and its prepare.json
+    has DATA_FORMAT_VERSION, the same recorded data settings and the same source fingerprint; else (False, why)."""
     if not out.exists():
         return False, "no artifact yet"
     ok, why = artifact.verify(out)
@@ -228,6 +231,14 @@ def _unwrap(e: BaseException) -> DataError | None:
 
 
 def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) -> dict:
+    """Write ``stage``/tokenizer and ``stage``/dataset (blocks of max_seq_length token ids) from the source.
+
+    Returns:
+        {"trained" (bool), "tokenizer", "eos_appended" (bool), "corpus_tokens" (int), "documents" (int)}.
+
+    Raises:
+        DataError: no text in the corpus, a tokenizer directory that is unusable, or not one full block.
+    """
     import datasets
     import transformers
 
@@ -406,6 +417,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring); returns the exit status 0, 1 (verify failed) or 2 (bad input,
+    one ``error:`` line on stderr)."""
     p = _Parser(prog="python -m train.prepare_data", description=__doc__.split("\n\n")[0])
     p.add_argument("--job", help="resolved job (JSON, from `python -m train.job resolve`)")
     p.add_argument("--out", help="artifact directory to create or refresh")
