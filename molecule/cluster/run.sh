@@ -25,8 +25,12 @@ image=${IMAGE:-localhost/bookworm-node}
 wheelhouse=${WHEELHOUSE:-$HOME/.cache/deepspeed-cluster/wheelhouse}
 export WHEELHOUSE=$wheelhouse
 max_steps=${CLUSTER_MAX_STEPS:-30}
-# name  address  ssh port
-nodes=("head-1 10.89.77.10 22" "worker-1 10.89.77.11 22" "worker-2 10.89.77.12 2222")
+# name  cluster address  ssh port  address the controller uses (ansible_host)
+# The head is also on a second, "management" network (dsc-mgmt): the controller reaches it there, the other nodes
+# reach it on the cluster network (inventory: ansible_host differs from cluster_address, as on many real clusters).
+nodes=("head-1 10.89.77.10 22 10.89.78.10" "worker-1 10.89.77.11 22 10.89.77.11" "worker-2 10.89.77.12 2222 10.89.77.12")
+mgmt_net=dsc-mgmt
+mgmt_subnet=10.89.78.0/24
 export ANSIBLE_ROLES_PATH=$repo/roles ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 inv=$here/inventory
 log() { printf '== %s %s\n' "$(date +%T)" "$*"; }
@@ -37,20 +41,24 @@ create() {
   mkdir -p "$state"
   [[ -f $state/id_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C dsc-cluster-controller -f "$state/id_ed25519"
   podman network exists "$net" || podman network create --subnet "$subnet" "$net" >/dev/null
+  podman network exists "$mgmt_net" || podman network create --subnet "$mgmt_subnet" "$mgmt_net" >/dev/null
   : >"$state/known_hosts"
   for n in "${nodes[@]}"; do
-    read -r name addr port <<<"$n"
+    read -r name addr port ctl <<<"$n"
     if ! podman container exists "dsc-$name"; then
       log "create dsc-$name ($addr:$port)"
       podman run -d --name "dsc-$name" --hostname "$name" --network "$net" --ip "$addr" \
         --shm-size=1g --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 \
         -v "$wheelhouse:/srv/wheelhouse:ro" "$image" \
         /bin/sh -c "ssh-keygen -A && exec /usr/sbin/sshd -D -e -p $port" >/dev/null
+      if [[ $ctl != "$addr" ]]; then
+        podman network connect --ip "$ctl" "$mgmt_net" "dsc-$name"
+      fi
     fi
     podman exec -i "dsc-$name" sh -c 'mkdir -p -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys' <"$state/id_ed25519.pub"
   done
   for n in "${nodes[@]}"; do
-    read -r name addr port <<<"$n"
+    read -r name _ port addr <<<"$n"
     for _ in $(seq 30); do
       ssh-keyscan -p "$port" "$addr" 2>/dev/null | sed "s/^$addr /[$addr]:$port /; s/^\[$addr\]:22 /$addr /" >>"$state/known_hosts" && \
         grep -q "$addr" "$state/known_hosts" && break
@@ -119,6 +127,7 @@ destroy() {
     podman rm -f -t 0 "dsc-$name" >/dev/null 2>&1 || true
   done
   podman network rm "$net" >/dev/null 2>&1 || true
+  podman network rm "$mgmt_net" >/dev/null 2>&1 || true
 }
 
 case ${1:-test} in

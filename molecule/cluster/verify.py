@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,7 @@ def test_ansible_launch_started_every_node_rank():
 def test_second_run_staged_nothing():
     """The ansible-mode run came second with the same data: no worker copied anything."""
     log = (STATE / "train-ansible.log").read_text()
-    task = log.split("TASK [Copy the prepared data from the head node]", 1)[1].split("TASK [", 1)[0]
+    task = log.split("TASK [train_stage : Copy the prepared data from the head node]", 1)[1].split("TASK [", 1)[0]
     _, slots = inventory()
     for worker in inventory()[0][1:]:
         assert re.search(rf"skipping: \[{re.escape(worker)}", task), task
@@ -166,3 +167,67 @@ def test_user_script_ran_on_every_node():
     assert sorted({r["hostname"] for r in m["ranks"]}) == sorted(nodes)
     assert m["steps"] == 10 and m["last_loss"] < m["first_loss"]
     assert (runs[-1] / "model.safetensors").is_file()
+
+
+def podman_exec(node, *cmd, check=True):
+    return subprocess.run(["podman", "exec", f"dsc-{node}", *cmd], capture_output=True, text=True, check=check)
+
+
+def ranks_running(node):
+    """How many processes on the node run train/pretrain.py (read from /proc: the image has no procps)."""
+    code = ("import os\nn = ('train/pre' + 'train.py').encode()\nc = 0\nfor p in os.listdir('/proc'):\n"
+            "    try:\n        c += p.isdigit() and n in open('/proc/%s/cmdline' % p, 'rb').read()\n"
+            "    except OSError:\n        pass\nprint(c)")
+    return int(podman_exec(node, "python3", "-c", code).stdout.strip())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_master_address_is_the_heads_address_in_every_nodes_etc_hosts(mode):
+    """The head's ansible_host (management network) differs from its cluster_address: the launcher got the address
+    that every node's /etc/hosts gives the head (one cluster shape), never the ansible_host."""
+    d = run_dir(mode)
+    logs = "".join(p.read_text() for p in d.glob("train*.log"))
+    given = set(re.findall(r"--master_addr[= ](\S+?)[\s'\"]", logs))
+    nodes, _ = inventory()
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["head"]["hosts"]
+    assert hosts[nodes[0]]["ansible_host"] != hosts[nodes[0]]["cluster_address"]
+    in_etc_hosts = {podman_exec(n, "getent", "hosts", nodes[0]).stdout.split()[0] for n in nodes}
+    assert given == in_etc_hosts == {hosts[nodes[0]]["cluster_address"]}, (given, in_etc_hosts)
+
+
+def test_site_yml_limited_to_one_node_stops_at_once_saying_what_to_run():
+    t0 = time.monotonic()
+    r = playbook("site.yml", "--limit", "worker-2")
+    took = time.monotonic() - t0
+    text = " ".join(r.stdout.split())
+    assert r.returncode != 0 and took < 60, (took, r.stdout[-3000:])
+    assert "--limit leaves out head-1, worker-1 of the cluster" in text, r.stdout[-3000:]
+    assert "ansible-playbook playbooks/provision.yml --limit worker-2" in text
+    assert "HostVarsVars" not in r.stdout and "Traceback" not in r.stdout
+    assert all(c["changed"] == 0 for c in recap(r.stdout).values())
+
+
+def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_starts(tmp_path):
+    """worker-2's copy of the prepared data is damaged but keeps the head's MANIFEST, so staging skips the copy and
+    its MANIFEST check fails: the run stops there with worker-2 named, on every node, before any rank starts."""
+    nodes, _ = inventory()
+    job = json.loads((run_dir("pdsh") / "job.json").read_text())
+    art = f"/opt/deepspeed-cluster/local/data/{job['data_key']}"
+    arrow = podman_exec("worker-2", "sh", "-c", f"ls {art}/dataset/*.arrow | head -1").stdout.strip()
+    assert arrow, f"no prepared data on worker-2 under {art}"
+    podman_exec("worker-2", "sh", "-c", f"printf x >> {arrow}")
+    run = f"stage-fail-{int(time.time())}"
+    r = playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=30", "-e",
+                 f"run_name={run}", "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=5")
+    text = " ".join(r.stdout.split())
+    assert r.returncode != 0, r.stdout[-3000:]
+    assert f"host worker-2: the staged data in {art} does not match the head's MANIFEST" in text, r.stdout[-3000:]
+    assert "sha256 mismatch" in text
+    assert "Launch deepspeed" not in r.stdout and "Start deepspeed" not in r.stdout
+    assert not (tmp_path / run).exists(), "a run that never launched must leave nothing in train_output_dir"
+    for node in nodes:
+        ls = podman_exec(node, "ls", "-A", f"/opt/deepspeed-cluster/runs/{run}", check=False).stdout.split()
+        assert "train.log" not in ls and "output" not in ls, (node, ls)
+        assert ranks_running(node) == 0, node
+    # the damaged copy lost its MANIFEST: the next run copies the data again
+    assert podman_exec("worker-2", "test", "-e", f"{art}/MANIFEST", check=False).returncode == 1

@@ -19,7 +19,7 @@ from train.launch import deepspeed_argv, shell_line  # noqa: E402
 
 
 def deepspeed_launch_argv(deepspeed, hostfile, shape, entry, master_port, node_rank=None):
-    """argv (list of str) of ``deepspeed`` for ``shape`` (the cluster_shape dict): see train.launch.deepspeed_argv."""
+    """argv (list of str) of ``deepspeed`` for ``shape`` (cluster_shape_values): see train.launch.deepspeed_argv."""
     return deepspeed_argv(str(deepspeed), str(hostfile), str(shape["master_addr"]), master_port,
                           [str(e) for e in entry], include=str(shape.get("include") or ""),
                           single_node=bool(shape["single_node"]), node_rank=node_rank)

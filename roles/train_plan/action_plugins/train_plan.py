@@ -2,7 +2,7 @@
 
     - name: Plan the run
       train_plan:
-        shape: "{{ cluster_shape }}"
+        shape: "{{ cluster_shape_values }}"
         node: {dsc_root: ..., local_ssd_dir: ..., venv_dir: ...}
         accelerator: cuda
         train_defaults: "{{ train_defaults | default({}) }}"
