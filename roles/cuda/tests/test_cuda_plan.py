@@ -70,6 +70,7 @@ def all_cases():
         case("pre_ubuntu2404_130", "ubuntu2404", "13.0", source="preinstalled"),
         case("pre_rocky9_118", "rocky9", "11.8", source="preinstalled"),
         case("bad_unquoted", "ubuntu2204", 12.1),
+        case("nv_with_preinstalled_home", "ubuntu2404", "13.0", cuda_preinstalled_home="/opt/cuda-12.4"),
         case("cc_override", "ubuntu2404", "12.8", source="preinstalled",
              cuda_host_compiler={"CC": "/usr/bin/gcc-13", "CXX": "/usr/bin/g++-13"}),
         case("cc_relative", "ubuntu2404", "12.8", source="preinstalled", cuda_host_compiler={"CC": "gcc-13"}),
@@ -169,3 +170,11 @@ def test_bad_host_compiler_is_refused(plans):
     for name in ("cc_relative", "cc_other_key"):
         msg = plans[name]["cuda_plan_error"]
         assert "cuda_host_compiler must be {} or a mapping of CC and/or CXX to absolute paths" in msg, name
+
+
+def test_a_named_toolkit_with_another_source_is_refused(plans):
+    """cuda_preinstalled_home with cuda_source=nvidia would install and use /usr/local/cuda-13.0 instead (issue 16 B)."""
+    msg = plans["nv_with_preinstalled_home"]["cuda_plan_error"]
+    assert ("cuda_preinstalled_home is /opt/cuda-12.4, but cuda_source=nvidia installs CUDA 13.0 into "
+            "/usr/local/cuda-13.0 and uses that one, not the toolkit you named") in msg
+    assert "Set cuda_source=preinstalled to use /opt/cuda-12.4" in msg
