@@ -5,7 +5,7 @@
     {"step": 40, "max_steps": 200, "loss": 6.12, "learning_rate": 0.0009,
      "samples_per_second": 35.1, "elapsed_s": 61.8, "eta_s": 247.0, "epoch": 0.4}
 
-The playbook's ``deepspeed_watch`` action (playbooks/action_plugins/) reads the new bytes of that file while the
+The playbook's ``deepspeed_watch`` action (roles/train_launch/action_plugins/) reads the new bytes of that file while the
 job runs and prints each record with :func:`format_record`. Only the standard library is used: this module runs
 in the Ansible controller's Python.
 """
