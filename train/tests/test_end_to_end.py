@@ -145,6 +145,13 @@ def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job
         (["-e", "model=nosuchmodel"], r"nosuchmodel.*bert"),
         (["-e", "model=bert", "-e", "max_steps=-5"], r"max_steps"),
         (["-e", "model=bert", "-e", "dataset_path=/no/such/corpus"], r"/no/such/corpus.*does not exist"),
+        # data that cannot be prepared: the error line of train/prepare_data.py is the failure a user sees
+        (["-e", "model=bert", "-e", "model_size=tiny", "-e", "dataset_path={tmp}/empty.txt"],
+         r"\[ERROR\]: Task failed: Action failed: host localhost: the corpus \(.*/empty.txt\) holds no text"),
+        (["-e", "model=bert", "-e", "model_size=tiny", "-e", "dataset_path=/usr/bin/true"],
+         r"\[ERROR\]: Task failed: Action failed: host localhost: /usr/bin/true is not UTF-8 text \(bad byte at offset \d+\); "
+         r"convert it"),
+        (["-e", "model=bert", "-e", "launcher=ansible-pull"], r"launcher must be one of: pdsh, ansible"),
         # a node-side preflight failure (cluster_check) also stops before anything is written
         (["-e", "model=bert", "-e", "cluster_check_min_free_gb=100000000"],
          r"host localhost: local_ssd_dir \S+ has [\d.]+ GB free, the check wants at least 100000000.0 GB"),
@@ -153,13 +160,44 @@ def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job
 def test_bad_input_stops_before_anything_runs(extra, expect, tmp_path):
     outputs = REPO / "outputs"
     before = set(outputs.iterdir()) if outputs.exists() else set()
+    (tmp_path / "empty.txt").write_text("")
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
     proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", *extra], tmp_path / "bad.log", timeout=5 * 60)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stdout
     assert re.search(expect, " ".join(proc.stdout.split())), proc.stdout[-3000:]  # YAML output wraps long lines
     after = set(outputs.iterdir()) if outputs.exists() else set()
     assert after == before, "a bad job must not create a run directory"
-    assert "Launch deepspeed" not in proc.stdout and "Prepare data" not in proc.stdout
+    assert "Launch deepspeed" not in proc.stdout
+    if "dataset_path" not in " ".join(extra):
+        assert "Prepare data" not in proc.stdout
+
+
+def test_a_run_that_launched_and_failed_keeps_its_log(tmp_path):
+    """A script that dies at start: the run's directory keeps job.json, ds_config.json and train.log (with the
+    script's error), and the failure says where they are. Its run name is then taken."""
+    script = tmp_path / "dies.py"
+    script.write_text("raise SystemExit('dies-at-start: the data it needs is missing')\n")
+    out = tmp_path / "outputs"
+    extra = {"script": str(script), "run_name": "dies", "train_output_dir": str(out), "train_poll_seconds": 2}
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "dies.log", timeout=5 * 60)
+    assert proc.returncode != 0
+    text = " ".join(proc.stdout.split())
+    assert f"run dies failed: training exited with status" in text and f"is kept in {out}/dies" in text, text[-3000:]
+    assert {p.name for p in (out / "dies").iterdir()} >= {"job.json", "ds_config.json", "train.log", "hostfile"}
+    assert "dies-at-start: the data it needs is missing" in (out / "dies" / "train.log").read_text()
+
+
+def test_script_args_as_a_mapping_or_broken_json_are_refused(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("print('never runs')\n")
+    for value in ({"a": 1}, "{not json", "[--max_steps, 5"):
+        extra = {"script": str(script), "script_args": value}
+        proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "bad.log", timeout=300)
+        assert proc.returncode != 0 and "Traceback" not in proc.stdout
+        errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("[ERROR]")]
+        assert len(errors) == 1 and "script_args" in errors[0], (value, errors)
+        assert "Launch deepspeed" not in proc.stdout
 
 
 if __name__ == "__main__":
