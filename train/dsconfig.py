@@ -221,6 +221,60 @@ def _scheduler(config, job, where):
     _must_match(config, "scheduler.params.warmup_max_lr", job["learning_rate"], "learning_rate", where)
 
 
+def concrete(config, job, world_size):
+    """Replace every "auto" of a rendered config with the job's value, for a script that builds no HF Trainer.
+
+    Only the HF Trainer fills "auto" (transformers.integrations.deepspeed); `deepspeed.initialize(config=...)`
+    itself compares the strings with numbers and fails (`TypeError: '>' not supported between 'str' and 'int'` in
+    deepspeed/runtime/config.py). Values, in the Trainer's own rules: train_batch_size = micro x accumulation x
+    world size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, gradient_clipping = max_grad_norm,
+    optimizer lr / betas / eps / weight_decay, scheduler warmup_min_lr 0, warmup_max_lr = lr, warmup_num_steps,
+    total_num_steps = max_steps. ZeRO-3's "auto" bucket sizes (which the Trainer derives from the model's hidden
+    size) are dropped, leaving DeepSpeed's own defaults. Returns a new dict.
+
+    Raises JobError naming any "auto" left that has no value here.
+    """
+    config = copy.deepcopy(config)
+    micro, accum = job["per_device_train_batch_size"], job["gradient_accumulation_steps"]
+    values = {
+        "train_batch_size": micro * accum * world_size,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
+        "gradient_clipping": job["max_grad_norm"],
+        "optimizer.params.lr": job["learning_rate"],
+        "optimizer.params.betas": [job["adam_beta1"], job["adam_beta2"]],
+        "optimizer.params.eps": job["adam_epsilon"],
+        "optimizer.params.weight_decay": job["weight_decay"],
+        "scheduler.params.warmup_min_lr": 0,
+        "scheduler.params.warmup_max_lr": job["learning_rate"],
+        "scheduler.params.warmup_num_steps": job["warmup_steps"],
+        "scheduler.params.total_num_steps": job["max_steps"],
+    }
+    dropped = ("zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+               "zero_optimization.stage3_param_persistence_threshold")
+    left = []
+
+    def walk(node, prefix):
+        for key in list(node):
+            dotted = f"{prefix}{key}"
+            if isinstance(node[key], dict):
+                walk(node[key], f"{dotted}.")
+            elif node[key] == AUTO:
+                if dotted in values:
+                    node[key] = values[dotted]
+                elif dotted in dropped:
+                    del node[key]
+                else:
+                    left.append(dotted)
+
+    walk(config, "")
+    if left:
+        raise JobError(f'the DeepSpeed config keeps "auto" in {", ".join(left)}, which only the HF Trainer fills, and '
+                       "the script builds no Trainer", f"templates/deepspeed/zero{job['zero_stage']}.json",
+                       "write concrete values there, or pass your own --deepspeed <file> in script_args")
+    return config
+
+
 def describe(config, world_size):
     """One line describing a rendered config (what the CLI prints)."""
     zero = config.get("zero_optimization", {})

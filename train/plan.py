@@ -63,6 +63,32 @@ def job_overrides(extra_vars: dict, train_defaults=None) -> dict:
     return out
 
 
+def uses_hf_trainer(script: str) -> bool:
+    """Whether a training script builds an HF Trainer (any name or attribute ending in ``Trainer``: Trainer,
+    Seq2SeqTrainer, trl's SFTTrainer, ...), read from its source without running it. Such a script gets the
+    ds_config with "auto" values the Trainer fills; any other (a plain ``deepspeed.initialize`` loop) gets them
+    filled in here (train.dsconfig.concrete).
+
+    Raises:
+        PlanError: the script is not Python that parses (the line and the error are named).
+    """
+    import ast
+
+    try:
+        tree = ast.parse(Path(script).read_text(encoding="utf-8"), filename=script)
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise PlanError(f"script {script} does not parse as Python{f' (line {line})' if line else ''}: "
+                        f"{getattr(exc, 'msg', exc)}", "-e script", "fix the script; it would fail on every rank") from None
+    for node in ast.walk(tree):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if isinstance(node, ast.alias):
+            name = node.name.rsplit(".", 1)[-1]
+        if name and name.endswith("Trainer"):
+            return True
+    return False
+
+
 def _run_stamp(now):
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return f"{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
@@ -143,6 +169,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     job = jobmod.resolve(model, overrides, now=now)
     world = int(shape["world_size"])
     ds_config = dsconfig.render(job, world, templates_dir)
+    if script is not None and not uses_hf_trainer(script):
+        ds_config = dsconfig.concrete(ds_config, job, world)
 
     run = job["run_name"]
     out_dir = str(Path(output_root) / run)

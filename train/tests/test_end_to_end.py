@@ -188,6 +188,23 @@ def test_a_run_that_launched_and_failed_keeps_its_log(tmp_path):
     assert "dies-at-start: the data it needs is missing" in (out / "dies" / "train.log").read_text()
 
 
+def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
+    """A script that builds no HF Trainer (deepspeed.initialize(config=args.deepspeed)) gets a ds_config without
+    "auto" (only the Trainer fills those; DeepSpeed itself fails on them) and trains on both ranks."""
+    from train.tests.test_plan import PLAIN_DS
+
+    script = tmp_path / "plain_ds.py"
+    script.write_text(PLAIN_DS)
+    out = tmp_path / "outputs"
+    extra = {"script": str(script), "run_name": "plain", "train_output_dir": str(out), "train_poll_seconds": 2,
+             "script_args": ["--per_device_train_batch_size", "4", "--max_steps", "3", "--warmup_steps", "1"]}
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "plain.log", timeout=10 * 60)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    ds = json.loads((out / "plain" / "ds_config.json").read_text())
+    assert "auto" not in json.dumps(ds) and ds["train_batch_size"] == 4 * 2
+    assert (out / "plain" / "train.log").read_text().count("plain-ds-done 3") == 2
+
+
 def test_script_args_as_a_mapping_or_broken_json_are_refused(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("print('never runs')\n")

@@ -127,3 +127,62 @@ def test_launch_builder_refuses_bad_input_and_shell_line_quotes():
         launch.deepspeed_argv("ds", "h", "a", 0, ["x.py"])
     line = launch.shell_line(["ds", "a b", "{\"x\": 1}"], "/tmp/log file")
     assert shlex.split(line) == ["exec", "ds", "a b", "{\"x\": 1}", ">", "/tmp/log file", "2>&1"]
+
+
+PLAIN_DS = '''import argparse
+import deepspeed
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--deepspeed")
+p.add_argument("--output_dir")
+p.add_argument("--local_rank", type=int, default=0)
+a, _ = p.parse_known_args()
+deepspeed.init_distributed()
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=a.deepspeed)
+for _ in range(3):
+    x = torch.randn(engine.train_micro_batch_size_per_gpu(), 8)
+    loss = engine(x).pow(2).mean()
+    engine.backward(loss)
+    engine.step()
+print("plain-ds-done", engine.global_steps, flush=True)
+'''
+
+
+def _autos(node, prefix=""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _autos(value, f"{prefix}{key}.")
+        elif value == "auto":
+            yield f"{prefix}{key}"
+
+
+def test_a_script_without_a_trainer_gets_a_config_without_auto(tmp_path):
+    script = tmp_path / "plain_ds.py"
+    script.write_text(PLAIN_DS)
+    p = build(tmp_path, {"zero_stage": 3}, script=str(script),
+              script_args_value=["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+                                 "--learning_rate", "3e-4", "--warmup_steps", "5", "--max_steps", "40"])
+    ds = p["ds_config"]
+    assert list(_autos(ds)) == []
+    assert ds["train_batch_size"] == 4 * 2 * 4 and ds["train_micro_batch_size_per_gpu"] == 4
+    assert ds["gradient_accumulation_steps"] == 2 and ds["optimizer"]["params"]["lr"] == 3e-4
+    assert ds["scheduler"]["params"]["warmup_num_steps"] == 5 and ds["scheduler"]["params"]["total_num_steps"] == 40
+    assert "reduce_bucket_size" not in ds["zero_optimization"]
+    assert json.loads(p["files"]["ds_config.json"]) == ds
+
+
+def test_a_trainer_script_keeps_the_auto_values_for_the_trainer(tmp_path):
+    script = tmp_path / "run_mlm.py"
+    script.write_text("from transformers import Trainer, TrainingArguments\n")
+    p = build(tmp_path, script=str(script))
+    assert "train_micro_batch_size_per_gpu" in set(_autos(p["ds_config"]))
+
+
+def test_a_script_that_does_not_parse_is_refused_before_launch(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("def f(:\n")
+    with pytest.raises(JobError, match=r"does not parse as Python \(line 1\)"):
+        build(tmp_path, script=str(script))
