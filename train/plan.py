@@ -89,6 +89,27 @@ def uses_hf_trainer(script: str) -> bool:
     return False
 
 
+def top_level_imports(script: str) -> list[str]:
+    """Top-level package names a script imports at module level (``import a.b`` and ``from a.b import c`` -> "a"),
+    sorted; relative imports and imports inside functions, classes or ``try:`` blocks (optional ones) are left out.
+    The preflight checks each resolves in every node's venv, so a missing package is named before launch.
+
+    Raises:
+        PlanError: the script does not parse (see uses_hf_trainer).
+    """
+    import ast
+
+    uses_hf_trainer(script)  # the parse error message
+    tree = ast.parse(Path(script).read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names if n != "__future__")
+
+
 def _run_stamp(now):
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return f"{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
@@ -123,7 +144,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         dict with run_name, mode (preset|script), job, ds_config, files {job.json, ds_config.json: text},
         hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
         {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
-        script {src, name} or None, script_data, launch {node: argv of the nodes that start ranks},
+        script {src, name, imports} or None, script_data, launch {node: argv of the nodes that start ranks},
         logs {node: log path of those nodes}, summary (lines to show).
 
     Raises:
@@ -230,7 +251,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
                   "log": logs[head]},
         "entry": entry,
         "argv": argv,
-        "script": {"src": str(Path(script).resolve()), "name": Path(script).name} if script else None,
+        "script": {"src": str(Path(script).resolve()), "name": Path(script).name,
+                   "imports": top_level_imports(script)} if script else None,
         "script_data": script_data,
         "launch": commands,
         "logs": logs,

@@ -205,6 +205,17 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
     assert (out / "plain" / "train.log").read_text().count("plain-ds-done 3") == 2
 
 
+def test_a_script_importing_what_the_node_venv_lacks_is_refused_before_launch(tmp_path):
+    script = tmp_path / "needs_more.py"
+    script.write_text("import os\nimport dsc_surely_not_installed\nfrom transformers import Trainer\n")
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps({"script": str(script)})], tmp_path / "imp.log",
+               timeout=300)
+    assert proc.returncode != 0
+    text = " ".join(proc.stdout.split())
+    assert "host localhost: needs_more.py imports dsc_surely_not_installed, which" in text, text[-3000:]
+    assert "python_env_packages_extra" in text and "Launch deepspeed" not in proc.stdout
+
+
 def test_script_args_as_a_mapping_or_broken_json_are_refused(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("print('never runs')\n")

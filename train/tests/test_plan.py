@@ -116,7 +116,7 @@ def test_script_mode_reads_the_scripts_arguments_into_the_job(tmp_path):
     data_dir = f"/ssd/user-data/{tmp_path.name}"
     assert p["paths"]["script_data_dir"] == data_dir and f"{data_dir}/train.txt" in p["argv"]
     assert p["argv"][p["argv"].index("--deepspeed") + 1] == f"{p['paths']['run_dir']}/ds_config.json"
-    assert p["script"] == {"src": str(script.resolve()), "name": "run_mlm.py"}
+    assert p["script"] == {"src": str(script.resolve()), "name": "run_mlm.py", "imports": []}
     assert any("your script run_mlm.py" in line for line in p["summary"])
 
 
@@ -186,3 +186,12 @@ def test_a_script_that_does_not_parse_is_refused_before_launch(tmp_path):
     script.write_text("def f(:\n")
     with pytest.raises(JobError, match=r"does not parse as Python \(line 1\)"):
         build(tmp_path, script=str(script))
+
+
+def test_the_scripts_top_level_imports_are_listed_for_the_preflight(tmp_path):
+    script = tmp_path / "run_mlm.py"
+    script.write_text("from __future__ import annotations\nimport os, evaluate.loading\nfrom transformers import Trainer\n"
+                      "from . import local\ntry:\n    import optional_pkg\nexcept ImportError:\n    pass\n"
+                      "def f():\n    import inner\n")
+    p = build(tmp_path, script=str(script))
+    assert p["script"]["imports"] == ["evaluate", "os", "transformers"]
