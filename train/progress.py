@@ -13,6 +13,7 @@ in the Ansible controller's Python.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 
@@ -108,3 +109,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --------------------------------------------------------------------------------- the DeepSpeed op build's log
+_OPS_LINE = re.compile(r"Install Ops=(\{.*\})")
+_BUILDING_LINE = re.compile(r"building '([\w.]+)' extension")
+
+
+def ops_planned(line: str) -> int | None:
+    """Number of ops set to build (value 1 or True) in setuptools' ``Install Ops={...}`` line of DeepSpeed's
+    setup.py (pip's build log), or None for any other line. Used by roles/deepspeed's deepspeed_build_watch."""
+    match = _OPS_LINE.search(line)
+    return None if not match else len(re.findall(r":\s*(?:1|True)\b", match.group(1)))
+
+
+def op_started(line: str) -> str | None:
+    """The op's short name when setuptools starts compiling it (``building 'deepspeed.ops.adam.cpu_adam_op'
+    extension`` -> ``cpu_adam``), or None for any other line."""
+    match = _BUILDING_LINE.search(line)
+    return None if not match else re.sub(r"_op$", "", match.group(1).rsplit(".", 1)[-1])

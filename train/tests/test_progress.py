@@ -39,3 +39,19 @@ def test_main_prints_each_record(tmp_path, capsys):
         "step 10/10 (100%) | loss 1.0000 | ? samples/s | elapsed ? | ETA ?",
     ]
     assert main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_the_op_builds_planned_ops_and_each_op_start_are_read_from_its_log():
+    """Lines as a real DS_BUILD_OPS=1 build on this machine logged them (pip --log); deepspeed_build_watch prints
+    `compiling cpu_adam (3 of 6)` from them instead of Ansible's FAILED - RETRYING."""
+    from train.progress import op_started, ops_planned
+
+    line = ("2026-12-01T10:20:27,597   Install Ops={'deepspeed_not_implemented': False, 'async_io': False, "
+            "'deepspeed_ccl_comm': False, 'deepspeed_shm_comm': 1, 'cpu_adagrad': 1, 'cpu_adam': 1, 'cpu_lion': 1, "
+            "'fused_adam': 1, 'pin_memory': 1}")
+    assert ops_planned(line) == 6
+    assert op_started("2026-12-01T10:21:55,629   building 'deepspeed.ops.adam.cpu_adam_op' extension") == "cpu_adam"
+    assert op_started("2026-12-01T10:20:28,309   building 'deepspeed.ops.comm.deepspeed_shm_comm_op' extension") \
+        == "deepspeed_shm_comm"
+    assert ops_planned("Building wheel for deepspeed (setup.py): started") is None
+    assert op_started("gcc -pthread -c csrc/adam/cpu_adam.cpp") is None

@@ -21,15 +21,14 @@ record) and ``log_tail``. Fails when the launcher exits non-zero.
 
 from __future__ import annotations
 
-import shlex
 import sys
 import time
 from pathlib import Path
 
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from train.ansible_async import AsyncFollowAction  # noqa: E402
 from train.progress import format_duration, format_record, parse_records  # noqa: E402
 
 display = Display()
@@ -44,26 +43,8 @@ _ARGSPEC = {
 }
 
 
-class ActionModule(ActionBase):
+class ActionModule(AsyncFollowAction):
     """Poll an async training job; print progress lines as they arrive."""
-
-    TRANSFERS_FILES = False
-    _requires_connection = True
-
-    def _read_from(self, path: str, offset: int) -> str:
-        """Return the bytes of ``path`` on the target from byte ``offset`` on ('' when the file does not exist)."""
-        cmd = f"tail -c +{offset + 1} {shlex.quote(path)} 2>/dev/null || true"
-        res = self._low_level_execute_command(cmd)
-        return res.get("stdout", "")
-
-    def _async_status(self, jid: str, mode: str, task_vars) -> dict:
-        """Run the async_status module the way ansible.builtin.async_status's own action does (it needs _async_dir)."""
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
-        return self._execute_module(
-            module_name="ansible.legacy.async_status",
-            module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
-            task_vars=task_vars,
-        )
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -116,10 +97,9 @@ class ActionModule(ActionBase):
             time.sleep(poll)
 
         self._async_status(jid, "cleanup", task_vars)
-        tail_cmd = f"tail -n {int(args['tail_lines'])} {shlex.quote(log_file)} 2>/dev/null || true"
-        log_tail = self._low_level_execute_command(tail_cmd).get("stdout", "")
+        log_tail = self._tail(log_file, args["tail_lines"])
         rc = status.get("rc")
-        result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail.splitlines())
+        result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail)
         if rc != 0:
             result["failed"] = True
             result["msg"] = (
