@@ -141,7 +141,9 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         now: aware datetime for default run names (tests).
 
     Returns:
-        dict with run_name, mode (preset|script), job, ds_config, files {job.json, ds_config.json: text},
+        dict with run_name, mode (preset|script), job, ds_config, files {job.json, ds_config.json, launch.json:
+        text; launch.json records exactly what is started: entry, argv -- a script's own arguments plus what the
+        project added --, hosts, ranks, master, the launch commands},
         hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
         {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
         script {src, name, imports} or None, script_data, launch {node: argv of the nodes that start ranks},
@@ -257,6 +259,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         "launch": commands,
         "logs": logs,
     }
+    plan["files"]["launch.json"] = _json_text({
+        "run_name": run, "mode": plan["mode"], "script": plan["script"], "entry": entry, "argv": argv,
+        "hosts": nodes, "ranks": ranks, "world_size": world, "master": f"{shape['master_addr']}:{port}",
+        "launcher": launcher, "launch": commands})
     plan["summary"] = summary(plan)
     return plan
 

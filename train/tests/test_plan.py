@@ -118,6 +118,9 @@ def test_script_mode_reads_the_scripts_arguments_into_the_job(tmp_path):
     assert p["argv"][p["argv"].index("--deepspeed") + 1] == f"{p['paths']['run_dir']}/ds_config.json"
     assert p["script"] == {"src": str(script.resolve()), "name": "run_mlm.py", "imports": []}
     assert any("your script run_mlm.py" in line for line in p["summary"])
+    launched = json.loads(p["files"]["launch.json"])
+    assert launched["argv"] == p["argv"] and "--per_device_train_batch_size" in launched["argv"]
+    assert launched["launch"] == p["launch"] and launched["mode"] == "script"
 
 
 def test_launch_builder_refuses_bad_input_and_shell_line_quotes():
