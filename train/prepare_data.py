@@ -1,12 +1,14 @@
 """Prepare a training data artifact once, on the head node: raw text -> tokenizer + tokenized, grouped blocks.
 
-    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force]
+    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--world-size N]
     python -m train.prepare_data --verify ARTIFACT_DIR
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
 
 1. read the job's raw text (train/corpus.py: the stdlib's pydoc topics by default, a text file, a directory of
-   .txt files, or a ``datasets`` save_to_disk directory) into an Arrow table;
+   .txt files, a .parquet / .jsonl / .json / .csv file or directory of them (the job's ``text_column``), a
+   ``datasets`` save_to_disk directory, or ``hub:REPO_ID[:CONFIG[:SPLIT]]`` loaded from the Hugging Face hub) into an
+   Arrow table;
 2. tokenizer: loaded from the job's ``tokenizer_path`` when that is a local directory, otherwise trained on the corpus
    with the ``tokenizers`` library -- WordPiece with BERT's specials and post-processor, or byte-level BPE with
    RoBERTa's (task mlm) or GPT-2's (task clm) specials -- and saved as a PreTrainedTokenizerFast;
@@ -24,6 +26,14 @@ lowercase, tokenizer_path, dataset_path, text_column and max_seq_length. A train
 than vocab_size asks (a small corpus has fewer distinct words and merges): the size reached is printed against the
 one asked, with a ``warning:`` line below VOCAB_WARN_FRACTION, and prepare.json records both (``vocab_size``: the
 real size, which train/pretrain.py builds the model with; ``vocab_size_requested``).
+
+A corpus too small for the job is warned about (``batch_report``), built or up to date: one optimizer step takes a
+global batch of per_device_train_batch_size x gradient_accumulation_steps x ``--world-size`` (default 1; the
+playbook passes the number of ranks) blocks, and a ``warning:`` line says so when the prepared blocks are fewer than
+one global batch or than MIN_STEPS_PER_EPOCH steps' worth.
+
+Nothing is downloaded (HF_HUB_OFFLINE defaults to 1) unless dataset_path is a ``hub:`` name; that one needs network
+on the head, with HF_HUB_OFFLINE and HF_DATASETS_OFFLINE unset.
 Exit status: 0 done / up to date / verified; 1 verification failed; 2 bad input (one line ``error: ...; fix``).
 """
 
@@ -45,6 +55,7 @@ from train.corpus import DataError
 from train.job import DATA_FORMAT_VERSION, JobError, load_job
 
 VOCAB_WARN_FRACTION = 0.9  # warn when a trained tokenizer reaches less than this share of the vocab_size asked
+MIN_STEPS_PER_EPOCH = 10  # warn when the blocks make fewer optimizer steps than this per pass over the data
 MAP_BATCH = 1000  # documents per datasets.map batch (and per group_texts window, as in run_mlm.py)
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -101,6 +112,43 @@ def vocab_report(reached: int, requested: int | None) -> tuple[str, bool]:
     return (f"warning: the tokenizer reached only {reached} of the {requested} tokens vocab_size asks "
             f"({100 * share:.0f}%): the corpus has too little distinct text for that vocabulary. The model is built "
             f"with the {reached} it has; give more text (-e dataset_path=...) or ask for -e vocab_size=<= {reached}"), True
+
+
+def batch_report(*, blocks: int, documents: int, corpus_tokens: int, block_length: int, micro: int, accum: int,
+                 world_size: int, max_steps: int) -> tuple[str, bool]:
+    """The line comparing the prepared data with what the job's optimizer steps eat, and whether it is a warning.
+
+    Args:
+        blocks: prepared samples (blocks of ``block_length`` tokens); documents / corpus_tokens: what the corpus
+            held before grouping (documents, tokens).
+        micro, accum, world_size: per_device_train_batch_size, gradient_accumulation_steps and ranks; one optimizer
+            step takes global = micro x accum x world_size blocks.
+        max_steps: the job's optimizer steps.
+
+    Returns:
+        (line, warn): warn is True when blocks < global, or blocks < MIN_STEPS_PER_EPOCH x global (fewer than that
+        many steps per epoch); the line then starts with ``warning:`` and says how much text there is, how much a
+        step eats, how many passes max_steps makes, and what to change.
+    """
+    glob = micro * accum * world_size
+    per_epoch = blocks / glob
+    epochs = max_steps * glob / blocks if blocks else float("inf")
+    step = f"one optimizer step takes a global batch of {glob} blocks (micro {micro} x accumulation {accum} x " \
+           f"world size {world_size})"
+    have = (f"{documents} document{'s' if documents != 1 else ''}, {corpus_tokens} tokens -> {blocks} "
+            f"block{'s' if blocks != 1 else ''} of {block_length} tokens")
+    passes = f"max_steps {max_steps} goes over the same text {epochs:.1f} times"
+    fix = ("give more text (-e dataset_path=...), or lower per_device_train_batch_size / gradient_accumulation_steps "
+           "/ max_steps")
+    if blocks < glob:
+        return (f"warning: the corpus is smaller than one global batch: {have}, but {step}; {passes}. {fix[0].upper()}"
+                f"{fix[1:]}"), True
+    if per_epoch < MIN_STEPS_PER_EPOCH:
+        return (f"warning: the corpus makes only {per_epoch:.1f} optimizer steps per epoch (fewer than "
+                f"{MIN_STEPS_PER_EPOCH}): {have}, and {step}; {passes}. {fix[0].upper()}{fix[1:]}"), True
+    return (f"batches: {blocks} blocks = {per_epoch:.1f} optimizer steps per epoch at a global batch of {glob} "
+            f"(micro {micro} x accumulation {accum} x world size {world_size}); max_steps {max_steps} = "
+            f"{epochs:.2f} epochs"), False
 
 
 # ------------------------------------------------------------------------------------------------------ tokenizer
@@ -190,7 +238,7 @@ def _appends_eos(tokenizer) -> bool:
 def _fingerprint_settings(settings: dict, source: corpus.Source) -> dict:
     s = json.loads(json.dumps(settings))
     s["dataset_path"] = source.path
-    if source.kind != "saved_dataset":
+    if not source.reads_column:
         s["text_column"] = None
     name = s["tokenizer"]["name_or_path"]
     if name is not None and Path(name).is_dir():  # a given tokenizer is part of the data: hash its files too
@@ -247,6 +295,8 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
     transformers.logging.set_verbosity_error()
     work = stage / "_work"
     work.mkdir()
+    if source.kind in ("table_file", "table_dir"):  # load_dataset's Arrow copy of the user's files: scratch, not cache
+        source.cache_dir = str(work / "load")
 
     # 1. raw documents -> Arrow (one streaming pass over the source; later passes read the Arrow table)
     if next(corpus.documents(source), None) is None:
@@ -335,22 +385,38 @@ def _doc_rows(source):
         yield {"text": text}
 
 
-def prepare(job_path: str, out: Path, force: bool = False) -> int:
+def _say_batches(job: dict, meta: dict, world_size: int) -> None:
+    line, _warn = batch_report(
+        blocks=meta["blocks"], documents=meta.get("source", {}).get("documents", 0),
+        corpus_tokens=meta.get("corpus_tokens", meta["blocks"] * meta["block_length"]),
+        block_length=meta["block_length"], micro=job["per_device_train_batch_size"],
+        accum=job["gradient_accumulation_steps"], world_size=world_size, max_steps=job["max_steps"])
+    say(line)
+
+
+def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1) -> int:
     """Build (or find up to date) the artifact of the job file ``job_path`` at ``out``; returns 0.
+
+    ``world_size`` (ranks, >= 1) only sizes the global batch in the corpus-size report (batch_report); it is not
+    part of the artifact.
 
     Raises:
         JobError: the job file is missing, unreadable or invalid (train.job.load_job).
-        DataError: a problem with the data the user can fix (missing, empty, not UTF-8, too short, ...).
+        DataError: a problem with the data the user can fix (missing, empty, not UTF-8, too short, a missing text
+            column, a hub data set that cannot be loaded, ...).
     """
     job = load_job(job_path)
     settings = data_settings(job)
     source = corpus.open_source(settings["dataset_path"], settings["text_column"])
+    if source.kind != "hub":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing else here downloads; make sure nothing tries
     say(f"fingerprinting {source.description}")
     fp = corpus.fingerprint(source)
     recorded = _fingerprint_settings(settings, source)
     if not force:
         fresh, why = up_to_date(out, recorded, fp)
         if fresh:
+            _say_batches(job, json.loads((out / "prepare.json").read_text(encoding="utf-8")), world_size)
             say(f"{out} is up to date ({why}; same data settings and source); nothing to do")
             return 0
         say(f"building {out}: {why}")
@@ -403,6 +469,7 @@ def prepare(job_path: str, out: Path, force: bool = False) -> int:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    _say_batches(job, meta, world_size)
     say(f"built {out}: {blocks} blocks x {settings['max_seq_length']} tokens = {meta['tokens']} tokens, "
         f"vocab {meta['vocab_size']}" + (f" of {meta['vocab_size_requested']} asked" if meta['vocab_size_requested']
                                          else ""))
@@ -424,8 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="artifact directory to create or refresh")
     p.add_argument("--force", action="store_true", help="rebuild even when the artifact is up to date")
     p.add_argument("--verify", metavar="ARTIFACT", help="only check ARTIFACT against its MANIFEST (exit 0 or 1)")
+    p.add_argument("--world-size", type=int, default=1, metavar="N",
+                   help="ranks the job runs on (default 1): sizes the global batch in the corpus-size warning")
     args = p.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here downloads; make sure nothing tries
+    if args.world_size < 1:
+        p.error(f"--world-size must be at least 1, got {args.world_size}")
     if args.verify:
         if args.job or args.out:
             p.error("--verify takes no --job/--out")
@@ -435,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.job or not args.out:
         p.error("--job and --out are both required (or --verify ARTIFACT)")
     try:
-        return prepare(args.job, Path(args.out).resolve(), force=args.force)
+        return prepare(args.job, Path(args.out).resolve(), force=args.force, world_size=args.world_size)
     except (DataError, JobError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

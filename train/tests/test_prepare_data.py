@@ -216,7 +216,7 @@ def test_vocabulary_reached_is_printed_recorded_and_warned_about(tmp_path):
     meta = json.loads((tmp_path / "art" / "prepare.json").read_text())
     reached = len(AutoTokenizer.from_pretrained(str(tmp_path / "art" / "tokenizer")))
     assert meta["vocab_size"] == reached < 0.9 * 30522 and meta["vocab_size_requested"] == 30522
-    warnings = [ln for ln in proc.stdout.splitlines() if "warning:" in ln]
+    warnings = [ln for ln in proc.stdout.splitlines() if "warning:" in ln and "tokenizer" in ln]
     assert len(warnings) == 1, proc.stdout
     assert f"only {reached} of the 30522" in warnings[0] and "vocab_size" in warnings[0]
 
@@ -229,6 +229,70 @@ def test_vocab_report_warns_below_ninety_percent():
     line, warn = vocab_report(5600, 30522)
     assert warn and line.startswith("warning:") and "5600" in line and "30522" in line and "18%" in line
     assert vocab_report(1234, None) == ("vocabulary: 1234 tokens (the given tokenizer's)", False)
+
+
+def test_a_corpus_smaller_than_the_job_is_warned_about(tmp_path):
+    """Item 6: a few blocks against a global batch of micro x accum x world size get a warning line saying how much
+    text there is and how much a step takes -- when built, and again when up to date (the world size may change)."""
+    from .conftest import job_dict
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join(_pydoc_paragraphs(30)), encoding="utf-8")
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=600, max_seq_length=32)
+    micro, accum, steps = (job_dict(vocab_size=600)[k] for k in
+                           ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps"))
+    out = tmp_path / "art"
+    proc = run_prepare("--job", job, "--out", out, "--world-size", "64")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    meta = json.loads((out / "prepare.json").read_text())
+    blocks, docs, tokens = meta["blocks"], meta["source"]["documents"], meta["corpus_tokens"]
+    glob = micro * accum * 64
+    assert 0 < blocks < glob, (blocks, glob)
+    warn = [ln.split("] ", 1)[1] for ln in proc.stdout.splitlines() if "warning:" in ln and "global batch" in ln]
+    assert len(warn) == 1, proc.stdout
+    assert warn[0].startswith("warning: the corpus is smaller than one global batch: ")
+    assert f"{docs} documents, {tokens} tokens -> {blocks} blocks of 32 tokens" in warn[0]
+    assert f"a global batch of {glob} blocks (micro {micro} x accumulation {accum} x world size 64)" in warn[0]
+    assert f"max_steps {steps} goes over the same text {steps * glob / blocks:.1f} times" in warn[0]
+    assert "-e dataset_path=" in warn[0]
+
+    # up to date, one rank: enough for a batch, not for 10 steps an epoch
+    assert blocks >= micro * accum and blocks < 10 * micro * accum, blocks
+    proc = run_prepare("--job", job, "--out", out)
+    assert proc.returncode == 0 and "up to date" in proc.stdout.splitlines()[-1], proc.stdout
+    warn = [ln.split("] ", 1)[1] for ln in proc.stdout.splitlines() if "warning:" in ln]
+    assert len(warn) == 1, proc.stdout
+    assert warn[0].startswith(f"warning: the corpus makes only {blocks / (micro * accum):.1f} optimizer steps per "
+                              f"epoch (fewer than 10): {docs} documents, {tokens} tokens -> {blocks} blocks"), warn[0]
+    assert f"(micro {micro} x accumulation {accum} x world size 1)" in warn[0]
+
+
+def test_no_corpus_size_warning_for_enough_data(bert_artifact, tmp_path):
+    job = write_job(tmp_path / "job.json")  # the one bert_artifact was built from
+    proc = run_prepare("--job", job, "--out", bert_artifact, "--world-size", "2")
+    assert proc.returncode == 0 and "up to date" in proc.stdout, proc.stdout + proc.stderr
+    assert "warning:" not in proc.stdout, proc.stdout
+    assert [ln for ln in proc.stdout.splitlines() if "] batches: " in ln and "world size 2)" in ln], proc.stdout
+
+
+def test_batch_report_thresholds():
+    from train.prepare_data import MIN_STEPS_PER_EPOCH, batch_report
+
+    common = dict(documents=1, corpus_tokens=500, block_length=64, max_steps=60)
+    line, warn = batch_report(blocks=7, micro=8, accum=1, world_size=2, **common)
+    assert warn and line == (
+        "warning: the corpus is smaller than one global batch: 1 document, 500 tokens -> 7 blocks of 64 tokens, but "
+        "one optimizer step takes a global batch of 16 blocks (micro 8 x accumulation 1 x world size 2); max_steps "
+        "60 goes over the same text 137.1 times. Give more text (-e dataset_path=...), or lower "
+        "per_device_train_batch_size / gradient_accumulation_steps / max_steps")
+    line, warn = batch_report(blocks=100, micro=4, accum=2, world_size=2, **common)  # global 16: 6.25 steps/epoch
+    assert warn and line.startswith("warning: the corpus makes only 6.2 optimizer steps per epoch (fewer than 10)")
+    assert "global batch of 16 blocks (micro 4 x accumulation 2 x world size 2)" in line
+    assert batch_report(blocks=16 * MIN_STEPS_PER_EPOCH, micro=4, accum=2, world_size=2, **common)[1] is False
+    assert batch_report(blocks=16 * MIN_STEPS_PER_EPOCH - 1, micro=4, accum=2, world_size=2, **common)[1] is True
+    line, warn = batch_report(blocks=1600, micro=4, accum=2, world_size=2, **common)
+    assert not warn and line == ("batches: 1600 blocks = 100.0 optimizer steps per epoch at a global batch of 16 "
+                                 "(micro 4 x accumulation 2 x world size 2); max_steps 60 = 0.60 epochs")
 
 
 def _write_small_corpus(tmp_path: Path) -> Path:
@@ -255,9 +319,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
 
     no_txt = tmp_path / "dir"
     no_txt.mkdir()
-    (no_txt / "x.csv").write_text("a,b\n")
+    (no_txt / "x.md").write_text("# notes\n")
     proc = run_prepare("--job", write_job(tmp_path / "j4.json", dataset_path=str(no_txt)), "--out", tmp_path / "o")
-    _one_line_error(proc, "no .txt files")
+    _one_line_error(proc, "no .txt, .parquet, .jsonl, .json or .csv files")
 
     if os.geteuid() != 0:  # root reads anything; the permission check only bites for other users
         locked = tmp_path / "locked.txt"
@@ -281,6 +345,10 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     _one_line_error(proc, "not a local directory")
     proc = run_prepare("--bogus")
     _one_line_error(proc, "--bogus")
+    proc = run_prepare("--job", tmp_path / "j7.json", "--out", tmp_path / "o", "--world-size", "0")
+    _one_line_error(proc, "--world-size must be at least 1, got 0")
+    proc = run_prepare("--job", tmp_path / "j7.json", "--out", tmp_path / "o", "--world-size", "two")
+    _one_line_error(proc, "--world-size", "'two'")
     assert not (tmp_path / "o").exists(), "nothing is published on failure"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.")], "temp dirs are cleaned up"
 
