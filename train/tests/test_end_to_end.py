@@ -152,6 +152,10 @@ def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job
          r"\[ERROR\]: Task failed: Action failed: host localhost: /usr/bin/true is not UTF-8 text \(bad byte at offset \d+\); "
          r"convert it"),
         (["-e", "model=bert", "-e", "launcher=ansible-pull"], r"launcher must be one of: pdsh, ansible"),
+        # a hub name is loaded on the head with the network (HF_HUB_OFFLINE dropped for that task only): here there is
+        # none, so the error says so and how to stage the data set instead
+        (["-e", "model=bert", "-e", "model_size=tiny", "-e", "dataset_path=hub:Salesforce/wikitext:wikitext-2-raw-v1"],
+         r"host localhost: cannot reach the Hugging Face hub to load Salesforce/wikitext .*save_to_disk"),
         # a node-side preflight failure (cluster_check) also stops before anything is written
         (["-e", "model=bert", "-e", "cluster_check_min_free_gb=100000000"],
          r"host localhost: local_ssd_dir \S+ has [\d.]+ GB free, the check wants at least 100000000.0 GB"),
@@ -202,7 +206,8 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:]
     ds = json.loads((out / "plain" / "ds_config.json").read_text())
     assert "auto" not in json.dumps(ds) and ds["train_batch_size"] == 4 * 2
-    assert (out / "plain" / "train.log").read_text().count("plain-ds-done 3") == 2
+    log = (out / "plain" / "train.log").read_text()
+    assert log.count("plain-ds-done") == 2 and log.count("exits successfully") == 2, log[-2000:]  # ranks interleave
 
 
 def test_a_script_importing_what_the_node_venv_lacks_is_refused_before_launch(tmp_path):

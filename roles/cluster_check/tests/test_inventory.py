@@ -20,8 +20,13 @@ def run(run_playbook, tmp_path, inventory):
     return proc, facts
 
 
-def inventory(head, workers, hostvars):
-    hosts = {name: dict(hostvars.get(name, {}), ansible_connection="local") for name in set(head) | set(workers)}
+def inventory(head, workers, hostvars, addresses=True):
+    """A fake inventory; with addresses, every host without cluster_address/ansible_host gets a 10.9.0.x one."""
+    names = sorted(set(head) | set(workers))
+    hosts = {name: dict(hostvars.get(name, {}), ansible_connection="local") for name in names}
+    for i, name in enumerate(names):
+        if addresses and not {"cluster_address", "ansible_host"} & set(hosts[name]):
+            hosts[name]["cluster_address"] = f"10.9.0.{i + 10}"
     return {"all": {"hosts": hosts, "children": {"head": {"hosts": {h: None for h in head}},
                                                   "workers": {"hosts": {w: None for w in workers}}}}}
 
@@ -31,7 +36,7 @@ def test_case1_node_in_two_groups_and_a_slot_with_a_trailing_space(run_playbook,
                                           {"head-1": {"slots": "8 "}, "worker-1": {"slots": 8}}))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert facts["hosts"] == ["head-1", "worker-1"] and facts["world_size"] == 16 and facts["include"] == ""
-    assert facts["master_addr"] == "head-1"  # no cluster_address / ansible_host in this inventory: the name
+    assert facts["master_addr"] == "10.9.0.10"  # the head's cluster_address
     lines = [line for line in (tmp_path / "hostfile").read_text().splitlines() if not line.startswith("#")]
     assert lines == ["head-1 slots=8", "worker-1 slots=8"]
 
@@ -99,10 +104,19 @@ def test_the_master_address_is_the_heads_cluster_address_not_its_ansible_host(ru
     proc, facts = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1", "worker-2"], {
         "head-1": {"slots": 1, "ansible_host": "192.168.50.10", "cluster_address": "10.1.0.10"},
         "worker-1": {"slots": 1, "ansible_host": "10.1.0.11"},
-        "worker-2": {"slots": 1}}))
+        "worker-2": {"slots": 1, "cluster_address": "10.1.0.12"}}))
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert facts["addresses"] == {"head-1": "10.1.0.10", "worker-1": "10.1.0.11", "worker-2": "worker-2"}
+    assert facts["addresses"] == {"head-1": "10.1.0.10", "worker-1": "10.1.0.11", "worker-2": "10.1.0.12"}
     assert facts["master_addr"] == "10.1.0.10"
+
+
+def test_a_cluster_address_that_is_a_name_is_refused(run_playbook, tmp_path):
+    """A node with only a DNS name as ansible_host: /etc/hosts needs an IP, so cluster_address must be set."""
+    proc, _ = run(run_playbook, tmp_path, inventory(["head-1"], ["worker-1"], {
+        "head-1": {"slots": 1}, "worker-1": {"slots": 1, "ansible_host": "worker-1.mgmt.example.org"}}))
+    assert proc.returncode != 0
+    assert 'host worker-1: its cluster address is "worker-1.mgmt.example.org"' in proc.stdout
+    assert "set to the IP address the other nodes reach it on" in " ".join(proc.stdout.split())
 
 
 def test_a_loopback_cluster_address_on_several_nodes_is_refused(run_playbook, tmp_path):

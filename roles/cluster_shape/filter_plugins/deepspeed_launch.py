@@ -30,8 +30,20 @@ def deepspeed_shell_line(argv, log):
     return shell_line([str(a) for a in argv], str(log))
 
 
+def is_ip_address(value):
+    """True when ``value`` is an IPv4 or IPv6 address (what /etc/hosts needs in its first field)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(str(value).strip())
+    except ValueError:
+        return False
+    return True
+
+
 class FilterModule:
     """Filters of the cluster_shape role."""
 
     def filters(self):
-        return {"deepspeed_launch_argv": deepspeed_launch_argv, "deepspeed_shell_line": deepspeed_shell_line}
+        return {"deepspeed_launch_argv": deepspeed_launch_argv, "deepspeed_shell_line": deepspeed_shell_line,
+                "is_ip_address": is_ip_address}

@@ -83,5 +83,15 @@ class ActionModule(ActionBase):
         except JobError as exc:
             result.update(failed=True, msg=f"error: {exc}")
             return result
+        except ImportError as exc:
+            result.update(failed=True, msg=(
+                f"error: the plan needs {exc.name or exc} in the Python that runs ansible-playbook ({sys.executable}) "
+                "(a user script's TrainingArguments are read with transformers' HfArgumentParser); install the "
+                "controller's requirements.txt there (make setup does)"))
+            return result
+        except OSError as exc:
+            result.update(failed=True, msg=f"error: {exc.strerror or exc} ({exc.filename or 'the controller'}); "
+                                           "check the path and its permissions (train_output_dir, script)")
+            return result
         result.update(changed=False, train_plan=plan, ansible_facts={"train_plan": plan})
         return result
