@@ -57,6 +57,19 @@ def write_job(path: Path, **overrides) -> Path:
     return path
 
 
+def one_line_error(proc, *needles) -> str:
+    """Assert ``proc`` (a CompletedProcess of a train.* CLI) stopped with exit 2 and one ``error: <what>; <fix>``
+    line on stderr containing every needle, no traceback; return that line."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "; " in lines[0], "the message says how to fix it after '; '"
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
 def run_prepare(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """``python -m train.prepare_data ARGS`` from the repo root; output captured as text."""
     return subprocess.run([PYTHON, "-m", "train.prepare_data", *map(str, args)], check=False, cwd=REPO, text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PYTHON, REPO, write_job
+from .conftest import PYTHON, REPO, one_line_error, write_job
 
 
 def _paras(n: int) -> list[str]:
@@ -33,15 +33,6 @@ def _ok(job: Path, out: Path, env: dict | None = None) -> subprocess.CompletedPr
     return proc
 
 
-def _one_line_error(proc, *needles) -> str:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    assert "; " in lines[0], "the message says how to fix it after '; '"
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _texts(art: Path) -> list[str]:
@@ -151,7 +142,7 @@ def test_missing_text_column_names_the_columns_there_are(tmp_path):
     for name in ("csv", "parquet", "jsonl"):
         job = write_job(tmp_path / f"{name}.json", dataset_path=str(tables[name]), vocab_size=600)  # text_column text
         proc = _run("--job", job, "--out", tmp_path / "out")
-        line = _one_line_error(proc, "text_column 'text'", str(tables[name]), "columns: ", "-e text_column=")
+        line = one_line_error(proc, "text_column 'text'", str(tables[name]), "columns: ", "-e text_column=")
         assert "id" in line and "body" in line, line
     assert not (tmp_path / "out").exists()
 
@@ -160,24 +151,24 @@ def test_bad_table_files_and_mixed_directories_are_one_line_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": broken\n', encoding="utf-8")
     proc = _run("--job", write_job(tmp_path / "j1.json", dataset_path=str(bad)), "--out", tmp_path / "out")
-    _one_line_error(proc, "cannot read", str(bad), "json")
+    one_line_error(proc, "cannot read", str(bad), "json")
 
     notparquet = tmp_path / "x.parquet"
     notparquet.write_text("this is not parquet\n", encoding="utf-8")
     proc = _run("--job", write_job(tmp_path / "j2.json", dataset_path=str(notparquet)), "--out", tmp_path / "out")
-    _one_line_error(proc, "cannot read", "parquet")
+    one_line_error(proc, "cannot read", "parquet")
 
     numbers = tmp_path / "numbers.csv"
     numbers.write_text("text,n\n1,2\n3,4\n", encoding="utf-8")
     proc = _run("--job", write_job(tmp_path / "j3.json", dataset_path=str(numbers)), "--out", tmp_path / "out")
-    _one_line_error(proc, "not text", "text_column")
+    one_line_error(proc, "not text", "text_column")
 
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     (mixed / "a.txt").write_text("some text\n", encoding="utf-8")
     (mixed / "b.csv").write_text("text\nmore text\n", encoding="utf-8")
     proc = _run("--job", write_job(tmp_path / "j4.json", dataset_path=str(mixed)), "--out", tmp_path / "out")
-    _one_line_error(proc, "mixes file formats", "1 .csv", "1 .txt", str(mixed))
+    one_line_error(proc, "mixes file formats", "1 .csv", "1 .txt", str(mixed))
     assert not (tmp_path / "out").exists()
 
 
@@ -214,7 +205,7 @@ def test_hub_name_offline_is_one_line_naming_the_fix(tmp_path, offline_var):
     job = write_job(tmp_path / "job.json", dataset_path="hub:Salesforce/wikitext:wikitext-2-raw-v1")
     proc = subprocess.run([PYTHON, "-m", "train.prepare_data", "--job", str(job), "--out", str(tmp_path / "out")],
                           check=False, cwd=REPO, text=True, capture_output=True, timeout=300, env=env)
-    line = _one_line_error(proc, f"{offline_var}=1", "Salesforce/wikitext", "hub:Salesforce/wikitext:wikitext-2-raw-v1",
+    line = one_line_error(proc, f"{offline_var}=1", "Salesforce/wikitext", "hub:Salesforce/wikitext:wikitext-2-raw-v1",
                            "save_to_disk", "-e dataset_path=", "HF_HUB_OFFLINE and HF_DATASETS_OFFLINE")
     assert "load_dataset('Salesforce/wikitext', 'wikitext-2-raw-v1', split='train')" in line, line
     assert not (tmp_path / "out").exists()
@@ -281,6 +272,6 @@ def test_hub_fingerprint_follows_the_loaded_split():
 
 def test_a_missing_path_that_looks_like_a_hub_name_suggests_the_hub_form(tmp_path):
     job = write_job(tmp_path / "job.json", dataset_path="Salesforce/wikitext")
-    line = _one_line_error(_run("--job", job, "--out", tmp_path / "out"), "does not exist",
+    line = one_line_error(_run("--job", job, "--out", tmp_path / "out"), "does not exist",
                            "dataset_path=hub:Salesforce/wikitext")
     assert ".parquet" in line and "save_to_disk" in line

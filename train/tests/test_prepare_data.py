@@ -12,18 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SEQ, prepare_or_fail, run_prepare, write_job
+from .conftest import SEQ, one_line_error, prepare_or_fail, run_prepare, write_job
 
 
-def _one_line_error(proc, *needles):
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    assert "; " in lines[0], "the message says how to fix it after '; '"
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _pydoc_paragraphs(n: int) -> list[str]:
@@ -102,7 +93,7 @@ def test_text_file_and_saved_dataset_sources_give_the_same_blocks(tmp_path):
 
     proc = run_prepare("--job", write_job(tmp_path / "j3.json", dataset_path=str(saved), text_column="nope"),
                        "--out", tmp_path / "bad")
-    _one_line_error(proc, "'nope'", "text_column")
+    one_line_error(proc, "'nope'", "text_column")
     assert not (tmp_path / "bad").exists()
 
 
@@ -305,50 +296,50 @@ def _write_small_corpus(tmp_path: Path) -> Path:
 def test_bad_input_exits_2_with_one_line(tmp_path):
     missing = tmp_path / "nowhere"
     proc = run_prepare("--job", write_job(tmp_path / "j1.json", dataset_path=str(missing)), "--out", tmp_path / "o")
-    _one_line_error(proc, str(missing), "does not exist")
+    one_line_error(proc, str(missing), "does not exist")
 
     empty = tmp_path / "empty.txt"
     empty.write_text("\n   \n\n", encoding="utf-8")
     proc = run_prepare("--job", write_job(tmp_path / "j2.json", dataset_path=str(empty)), "--out", tmp_path / "o")
-    _one_line_error(proc, "no text")
+    one_line_error(proc, "no text")
 
     binary = tmp_path / "bin.txt"
     binary.write_bytes(b"hello\n\xff\xfe\x00 world\n")
     proc = run_prepare("--job", write_job(tmp_path / "j3.json", dataset_path=str(binary)), "--out", tmp_path / "o")
-    _one_line_error(proc, "not UTF-8")
+    one_line_error(proc, "not UTF-8")
 
     no_txt = tmp_path / "dir"
     no_txt.mkdir()
     (no_txt / "x.md").write_text("# notes\n")
     proc = run_prepare("--job", write_job(tmp_path / "j4.json", dataset_path=str(no_txt)), "--out", tmp_path / "o")
-    _one_line_error(proc, "no .txt, .parquet, .jsonl, .json or .csv files")
+    one_line_error(proc, "no .txt, .parquet, .jsonl, .json or .csv files")
 
     if os.geteuid() != 0:  # root reads anything; the permission check only bites for other users
         locked = tmp_path / "locked.txt"
         locked.write_text("text")
         locked.chmod(0)
         proc = run_prepare("--job", write_job(tmp_path / "j5.json", dataset_path=str(locked)), "--out", tmp_path / "o")
-        _one_line_error(proc, "permission")
+        one_line_error(proc, "permission")
 
     short = tmp_path / "short.txt"
     short.write_text("just a few words\n", encoding="utf-8")
     proc = run_prepare("--job", write_job(tmp_path / "j6.json", dataset_path=str(short)), "--out", tmp_path / "o")
-    _one_line_error(proc, "max_seq_length")
+    one_line_error(proc, "max_seq_length")
 
     proc = run_prepare("--job", tmp_path / "missing.json", "--out", tmp_path / "o")
-    _one_line_error(proc, "missing.json")
+    one_line_error(proc, "missing.json")
     proc = run_prepare("--job", write_job(tmp_path / "j7.json", tokenizer_type="sentencepiece"),
                        "--out", tmp_path / "o")
-    _one_line_error(proc, "tokenizer_type")
+    one_line_error(proc, "tokenizer_type")
     proc = run_prepare("--job", write_job(tmp_path / "j8.json", tokenizer_path="bert-base-uncased"),
                        "--out", tmp_path / "o")
-    _one_line_error(proc, "not a local directory")
+    one_line_error(proc, "not a local directory")
     proc = run_prepare("--bogus")
-    _one_line_error(proc, "--bogus")
+    one_line_error(proc, "--bogus")
     proc = run_prepare("--job", tmp_path / "j7.json", "--out", tmp_path / "o", "--world-size", "0")
-    _one_line_error(proc, "--world-size must be at least 1, got 0")
+    one_line_error(proc, "--world-size must be at least 1, got 0")
     proc = run_prepare("--job", tmp_path / "j7.json", "--out", tmp_path / "o", "--world-size", "two")
-    _one_line_error(proc, "--world-size", "'two'")
+    one_line_error(proc, "--world-size", "'two'")
     assert not (tmp_path / "o").exists(), "nothing is published on failure"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.")], "temp dirs are cleaned up"
 
