@@ -63,11 +63,8 @@ def job_overrides(extra_vars: dict, train_defaults=None) -> dict:
     return out
 
 
-def uses_hf_trainer(script: str) -> bool:
-    """Whether a training script builds an HF Trainer (any name or attribute ending in ``Trainer``: Trainer,
-    Seq2SeqTrainer, trl's SFTTrainer, ...), read from its source without running it. Such a script gets the
-    ds_config with "auto" values the Trainer fills; any other (a plain ``deepspeed.initialize`` loop) gets them
-    filled in here (train.dsconfig.concrete).
+def parse_script(script: str):
+    """The script's source as an ``ast.Module``, read without running it.
 
     Raises:
         PlanError: the script is not Python that parses (the line and the error are named).
@@ -75,11 +72,19 @@ def uses_hf_trainer(script: str) -> bool:
     import ast
 
     try:
-        tree = ast.parse(Path(script).read_text(encoding="utf-8"), filename=script)
+        return ast.parse(Path(script).read_text(encoding="utf-8"), filename=script)
     except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         raise PlanError(f"script {script} does not parse as Python{f' (line {line})' if line else ''}: "
                         f"{getattr(exc, 'msg', exc)}", "-e script", "fix the script; it would fail on every rank") from None
+
+
+def uses_hf_trainer(tree) -> bool:
+    """Whether a parsed script (parse_script) builds an HF Trainer: any name or attribute ending in ``Trainer``
+    (Trainer, Seq2SeqTrainer, trl's SFTTrainer, ...). Such a script gets the ds_config with "auto" values the Trainer
+    fills; any other (a plain ``deepspeed.initialize`` loop) gets them filled in here (train.dsconfig.concrete)."""
+    import ast
+
     for node in ast.walk(tree):
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if isinstance(node, ast.alias):
@@ -89,18 +94,12 @@ def uses_hf_trainer(script: str) -> bool:
     return False
 
 
-def top_level_imports(script: str) -> list[str]:
-    """Top-level package names a script imports at module level (``import a.b`` and ``from a.b import c`` -> "a"),
-    sorted; relative imports and imports inside functions, classes or ``try:`` blocks (optional ones) are left out.
-    The preflight checks each resolves in every node's venv, so a missing package is named before launch.
-
-    Raises:
-        PlanError: the script does not parse (see uses_hf_trainer).
-    """
+def top_level_imports(tree) -> list[str]:
+    """Top-level package names a parsed script (parse_script) imports at module level (``import a.b`` and
+    ``from a.b import c`` -> "a"), sorted; relative imports and imports inside functions, classes or ``try:`` blocks
+    (optional ones) are left out. The preflight checks each resolves in every node's venv."""
     import ast
 
-    uses_hf_trainer(script)  # the parse error message
-    tree = ast.parse(Path(script).read_text(encoding="utf-8"))
     names = set()
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -179,6 +178,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
             from_script = script_args.job_overrides(user_args)
         except script_args.ScriptArgsError as exc:
             raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
+        tree = parse_script(script)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
         overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
         overrides.update(from_script)
@@ -192,7 +192,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     job = jobmod.resolve(model, overrides, now=now)
     world = int(shape["world_size"])
     ds_config = dsconfig.render(job, world, templates_dir)
-    if script is not None and not uses_hf_trainer(script):
+    if script is not None and not uses_hf_trainer(tree):
         ds_config = dsconfig.concrete(ds_config, job, world)
 
     run = job["run_name"]
@@ -254,7 +254,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         "entry": entry,
         "argv": argv,
         "script": {"src": str(Path(script).resolve()), "name": Path(script).name,
-                   "imports": top_level_imports(script)} if script else None,
+                   "imports": top_level_imports(tree)} if script else None,
         "script_data": script_data,
         "launch": commands,
         "logs": logs,
