@@ -87,3 +87,15 @@ def test_check_mode_prints_the_plan_and_launches_nothing_from_another_directory(
     dsc_root = Path(yaml.safe_load((LOCAL / "group_vars" / "all.yml").read_text())["dsc_root"])
     assert not (dsc_root / "runs" / "checkonly").exists()
     assert "Launch deepspeed" not in text and "Prepare data" not in text
+
+
+def test_site_yml_check_on_the_provisioned_machine_changes_nothing(tmp_path):
+    """`ansible-playbook site.yml --check` on this provisioned machine predicts changed=0 (issue 16 item 15: the
+    python_env pip tasks were counted as changed in check mode)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default")
+    proc = subprocess.run([ansible_playbook(), "-i", str(LOCAL), str(REPO / "site.yml"), "--check"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.M)
+    assert recap and all(n == "0" for _, n in recap), (recap, re.findall(r"^changed: .*$|^TASK \[.*$", proc.stdout, re.M))
