@@ -88,6 +88,13 @@ DEFAULTS = {
 
 # Keys written by resolve() that nobody sets: `model` (the preset name) and `data_key`.
 DERIVED_KEYS = ("model", "data_key")
+#: The job keys that apply to a user's script (script mode, recorded in its job.json): the run, the cluster and the
+#: DeepSpeed config's inputs (the script's TrainingArguments give the batch, optimizer and schedule values). The
+#: preset's model, tokenizer, data and logging keys do not apply: the script has its own.
+SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_optimizer",
+               "per_device_train_batch_size", "gradient_accumulation_steps", "train_batch_size", "learning_rate",
+               "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "warmup_steps",
+               "max_steps", "seed")
 
 CHOICES = {
     "task": ("mlm", "clm"),
@@ -343,6 +350,17 @@ def resolve(model, overrides=None, presets_dir=PRESETS_DIR, now=None):
         job["run_name"] = f"{model}-{size}-{now.astimezone(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
     job["data_key"] = data_key(job)
     return _ordered(job)
+
+
+def for_script(job, max_steps_applies=True):
+    """The part of a resolved ``job`` that applies to a user's script: its SCRIPT_KEYS, in that order.
+
+    Args:
+        job: a job from :func:`resolve` (the preset's defaults under the script's own TrainingArguments).
+        max_steps_applies: False when the script trains by epochs and nothing reads the job's max_steps (an HF
+            Trainer script without ``--max_steps``): then max_steps is left out too.
+    """
+    return {key: job[key] for key in SCRIPT_KEYS if key in job and (key != "max_steps" or max_steps_applies)}
 
 
 def _ordered(job):

@@ -140,9 +140,11 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         now: aware datetime for default run names (tests).
 
     Returns:
-        dict with run_name, mode (preset|script), job, ds_config, files {job.json, ds_config.json, launch.json:
-        text; launch.json records exactly what is started: entry, argv -- a script's own arguments plus what the
-        project added --, hosts, ranks, master, the launch commands},
+        dict with run_name, mode (preset|script), job (in script mode only train.job.SCRIPT_KEYS: what applies to
+        the script), ds_config, ds_config_source ("rendered", or the user's ``--deepspeed`` file, whose exact text
+        is then the run's ds_config.json), files {job.json, ds_config.json, launch.json: text; launch.json records
+        exactly what is started: entry, argv -- a script's own arguments plus what the project added --, hosts,
+        ranks, master, the launch commands},
         hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
         {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
         script {src, name, imports} or None, script_data, launch {node: argv of the nodes that start ranks},
@@ -166,7 +168,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     overrides = dict(overrides)
     overrides["accelerator"] = accelerator
     model = overrides.pop("model", None) or "bert"
-    user_args = None
+    user_args = user_ds = from_script = None
     if script is not None:
         script = str(script)
         if not Path(script).is_file():
@@ -176,6 +178,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         try:
             user_args = script_args.split(script_args_value)
             from_script = script_args.job_overrides(user_args)
+            user_ds = script_args.deepspeed_config(user_args)
         except script_args.ScriptArgsError as exc:
             raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
         tree = parse_script(script)
@@ -192,9 +195,19 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     job = jobmod.resolve(model, overrides, now=now)
     world = int(shape["world_size"])
     ds_config = dsconfig.render(job, world, templates_dir)
-    if script is not None and not uses_hf_trainer(tree):
-        ds_config = dsconfig.concrete(ds_config, job, world)
+    ds_text, ds_source = None, "rendered"
+    if script is not None:
+        concrete = user_ds is None and not uses_hf_trainer(tree)
+        if user_ds is not None:  # the user's own --deepspeed config is the run's, exactly as written
+            ds_source, ds_text, ds_config = user_ds
+        elif concrete:
+            ds_config = dsconfig.concrete(ds_config, job, world)
+        # record only what applies to the script (train.job.SCRIPT_KEYS), not the preset's model and data keys
+        recorded = jobmod.for_script(job, max_steps_applies="max_steps" in from_script or concrete)
 
+    data_key = job["data_key"]
+    if script is not None:
+        job = recorded
     run = job["run_name"]
     out_dir = str(Path(output_root) / run)
     if os.path.lexists(out_dir):
@@ -203,7 +216,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     dsc_root, local_ssd = node["dsc_root"], node["local_ssd_dir"]
     run_dir = f"{dsc_root}/runs/{run}"
     code_dir = f"{dsc_root}/code"
-    artifact_dir = f"{local_ssd}/data/{job['data_key']}"
+    artifact_dir = f"{local_ssd}/data/{data_key}"
     script_data_dir = f"{local_ssd}/user-data/{Path(script_data.rstrip('/')).name}" if script_data else ""
     ds_path = f"{run_dir}/ds_config.json"
     default_output = f"{run_dir}/output"
@@ -215,7 +228,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     else:
         entry = [RUN_SCRIPT, f"scripts/{Path(script).name}"]
         try:
-            argv = script_args.complete(user_args, default_output, ds_path, script_data_dir or None)
+            given = script_args.with_deepspeed(user_args, ds_path) if user_ds is not None else user_args
+            argv = script_args.complete(given, default_output, ds_path, script_data_dir or None)
         except script_args.ScriptArgsError as exc:
             raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
         output = script_args.output_dir_of(argv, default_output)
@@ -238,7 +252,9 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         "mode": "preset" if script is None else "script",
         "job": job,
         "ds_config": ds_config,
-        "files": {"job.json": _json_text(job), "ds_config.json": _json_text(ds_config)},
+        "ds_config_source": ds_source,
+        "files": {"job.json": _json_text(job),
+                  "ds_config.json": ds_text if ds_text is not None else _json_text(ds_config)},
         "hosts": nodes,
         "head": head,
         "ranks": ranks,
@@ -261,6 +277,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     }
     plan["files"]["launch.json"] = _json_text({
         "run_name": run, "mode": plan["mode"], "script": plan["script"], "entry": entry, "argv": argv,
+        "ds_config_source": ds_source,
         "hosts": nodes, "ranks": ranks, "world_size": world, "master": f"{shape['master_addr']}:{port}",
         "launcher": launcher, "launch": commands})
     plan["summary"] = summary(plan)
@@ -272,8 +289,9 @@ def summary(plan: dict) -> list[str]:
     job, world = plan["job"], plan["world_size"]
     hosts = plan["hosts"]
     if plan["mode"] == "script":
+        steps = f"max_steps {job['max_steps']}" if "max_steps" in job else "trains by epochs"
         what = (f"run {plan['run_name']}: your script {plan['script']['name']} with its own arguments "
-                f"(max_steps {job['max_steps']}, precision {job['precision']}, ZeRO stage {job['zero_stage']})")
+                f"({steps}, precision {job['precision']}, ZeRO stage {job['zero_stage']})")
     else:
         what = (f"run {plan['run_name']}: {job['model']} ({job['model_size']}), {job['max_steps']} steps, seq "
                 f"{job['max_seq_length']}, ZeRO stage {job['zero_stage']}, {job['precision']}")
@@ -287,6 +305,9 @@ def summary(plan: dict) -> list[str]:
     ]
     if plan["mode"] == "script":
         lines.append(f"script arguments: {' '.join(plan['argv'])}")
+        if plan["ds_config_source"] != "rendered":
+            lines.append(f"DeepSpeed config: yours ({plan['ds_config_source']}), staged as "
+                         f"{plan['paths']['run_dir']}/ds_config.json")
     lines.append(f"launch on {plan['head']}: {' '.join(plan['launch'][plan['head']])}")
     lines.append(f"results will come back to {plan['paths']['out_dir']}")
     return lines

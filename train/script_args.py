@@ -194,6 +194,67 @@ def complete(args: list[str], output_dir: str, deepspeed: str, data_dir: str | N
     return out
 
 
+def deepspeed_config(args: list[str]) -> tuple[str, str, dict] | None:
+    """The DeepSpeed config the user gave the script (``--deepspeed FILE`` or ``--deepspeed '{...}'``), read on
+    the controller: it becomes the run's ds_config.json (staged to every node, kept in outputs/<run>/).
+
+    Args:
+        args: the user's arguments; a relative FILE is read from the current directory (as ``-e script`` is).
+
+    Returns:
+        ``(where, text, config)``: the file's path (or ``"script_args"`` for inline JSON), its exact text and the
+        parsed JSON object; None when the arguments give no ``--deepspeed``.
+
+    Raises:
+        ScriptArgsError: FILE is not a file on the controller, is not JSON, or is not a JSON object.
+    """
+    value = training_arguments(args).deepspeed
+    if value is None:
+        return None
+    value = str(value)
+    if value.lstrip().startswith("{"):
+        where, text = "script_args", value
+    else:
+        path = os.path.abspath(value)
+        if not os.path.isfile(path):
+            raise ScriptArgsError(f"--deepspeed {value} is not a file on the controller (script_args; relative paths "
+                                  f"are from {os.getcwd()}); give your DeepSpeed config's path there (it is copied "
+                                  "to every node as the run's ds_config.json), or drop --deepspeed to use the "
+                                  "project's config")
+        where = path
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScriptArgsError(f"--deepspeed {value} can't be read ({exc}); fix the file") from None
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise ScriptArgsError(f"--deepspeed {value} is not JSON ({exc}); fix the DeepSpeed config") from None
+    if not isinstance(config, dict):
+        raise ScriptArgsError(f"--deepspeed {value} is a JSON {type(config).__name__}, not an object; a DeepSpeed "
+                              "config is a JSON object ({\"train_batch_size\": ...})")
+    return where, text, config
+
+
+def with_deepspeed(args: list[str], path: str) -> list[str]:
+    """``args`` with the value of every ``--deepspeed`` (``--deepspeed X`` or ``--deepspeed=X``) replaced by
+    ``path``: the ranks read the staged copy of the user's config."""
+    out, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == "--deepspeed" and i + 1 < len(args):
+            out += [arg, path]
+            skip = True
+        elif arg.startswith("--deepspeed="):
+            out.append(f"--deepspeed={path}")
+        else:
+            out.append(arg)
+    return out
+
+
 def output_dir_of(args: list[str], default: str) -> str:
     """The ``--output_dir`` the script will write to: the user's (as TrainingArguments reads it), or ``default``.
 

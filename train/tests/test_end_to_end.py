@@ -210,6 +210,41 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
     assert log.count("plain-ds-done") == 2 and log.count("exits successfully") == 2, log[-2000:]  # ranks interleave
 
 
+def test_a_scripts_own_deepspeed_file_is_the_runs_recorded_and_staged_config(tmp_path):
+    """-e script_args='... --deepspeed my.json': the ranks run with that file, and outputs/<run>/ds_config.json and
+    the staged copy on the node are its exact text (issue 16 item 1b); job.json holds only the job keys that apply
+    to a script (item 7)."""
+    import yaml
+
+    from train.job import SCRIPT_KEYS
+    from train.tests.test_plan import PLAIN_DS
+
+    script = tmp_path / "plain_ds.py"
+    script.write_text(PLAIN_DS + 'print("micro", engine.train_micro_batch_size_per_gpu(), flush=True)\n')
+    mine = ('{\n  "train_micro_batch_size_per_gpu": 3,\n  "gradient_accumulation_steps": 1,\n'
+            '  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "torch_adam": true}},\n'
+            '  "zero_optimization": {"stage": 0},   "steps_per_print": 1000\n}\n')
+    (tmp_path / "my.json").write_text(mine)
+    out = tmp_path / "outputs"
+    extra = {"script": str(script), "run_name": "own-ds", "train_output_dir": str(out), "train_poll_seconds": 2,
+             "script_args": "--max_steps 3 --deepspeed my.json"}
+    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(REPO / "inventory" / "local"), str(REPO / "train.yml"),
+                           "-e", json.dumps(extra)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=10 * 60)
+    (tmp_path / "own-ds.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert (out / "own-ds" / "ds_config.json").read_text() == mine
+    dsc_root = Path(yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())["dsc_root"])
+    assert (dsc_root / "runs" / "own-ds" / "ds_config.json").read_text() == mine  # the staged copy the ranks read
+    log = (out / "own-ds" / "train.log").read_text()
+    assert log.count("micro 3") == 2 and log.count("plain-ds-done") == 2, log[-2000:]
+    launched = json.loads((out / "own-ds" / "launch.json").read_text())
+    assert launched["ds_config_source"] == str(tmp_path / "my.json")
+    job = json.loads((out / "own-ds" / "job.json").read_text())
+    assert set(job) <= set(SCRIPT_KEYS) and "model" not in job and "max_seq_length" not in job, job
+    assert job["max_steps"] == 3 and job["run_name"] == "own-ds"
+
+
 def test_a_script_importing_what_the_node_venv_lacks_is_refused_before_launch(tmp_path):
     script = tmp_path / "needs_more.py"
     script.write_text("import os\nimport dsc_surely_not_installed\nfrom transformers import Trainer\n")
@@ -275,6 +310,8 @@ def test_user_script_through_train_yml(main_job, tmp_path):
     assert metrics["world_size"] == 2 and metrics["trainer_world_size"] == 2
     assert metrics["steps"] == 20 and metrics["last_loss"] < metrics["first_loss"]
     assert (run_dir / "model.safetensors").is_file()  # the script's own trainer.save_model(output_dir)
+    job = json.loads((run_dir / "job.json").read_text())  # what applies to the script, not the preset's keys
+    assert job["max_steps"] == 20 and job["per_device_train_batch_size"] == 8 and "model_size" not in job, job
     ds = json.loads((run_dir / "ds_config.json").read_text())
     assert ds["train_micro_batch_size_per_gpu"] == "auto"
 

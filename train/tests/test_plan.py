@@ -198,3 +198,61 @@ def test_the_scripts_top_level_imports_are_listed_for_the_preflight(tmp_path):
                       "def f():\n    import inner\n")
     p = build(tmp_path, script=str(script))
     assert p["script"]["imports"] == ["evaluate", "os", "transformers"]
+
+
+def test_script_mode_records_only_the_job_keys_that_apply_to_the_script(tmp_path):
+    """job.json of a script run has no preset keys (model, model_size, data, logging): issue 16 item 7."""
+    from train.job import SCRIPT_KEYS
+
+    script = tmp_path / "run_mlm.py"
+    script.write_text("from transformers import Trainer\n")
+    p = build(tmp_path, script=str(script), script_args_value=["--max_steps", "30", "--learning_rate", "1e-3"])
+    job = json.loads(p["files"]["job.json"])
+    assert job == p["job"] and list(job) == [k for k in SCRIPT_KEYS if k in job]
+    for preset_key in ("model", "model_size", "data_key", "max_seq_length", "save_steps", "logging_steps",
+                       "dataset_path", "vocab_size", "model_config"):
+        assert preset_key not in job
+    assert job["max_steps"] == 30 and job["learning_rate"] == 1e-3 and job["run_name"] == p["run_name"]
+    # a Trainer script that trains by epochs: the preset's max_steps does not apply either
+    p = build(tmp_path, script=str(script), script_args_value=["--num_train_epochs", "2"])
+    assert "max_steps" not in p["job"] and any("trains by epochs" in line for line in p["summary"])
+    # a plain DeepSpeed script's config is filled from max_steps: then it applies
+    plain = tmp_path / "plain_ds.py"
+    plain.write_text(PLAIN_DS)
+    assert "max_steps" in build(tmp_path, script=str(plain))["job"]
+
+
+def test_the_users_own_deepspeed_file_is_the_runs_ds_config(tmp_path, monkeypatch):
+    """--deepspeed FILE in script_args: ds_config.json is that file's text, and the ranks read its staged copy."""
+    script = tmp_path / "run_mlm.py"
+    script.write_text("from transformers import Trainer\n")
+    mine = '{\n  "train_micro_batch_size_per_gpu": 3,\n     "steps_per_print": 7\n}\n'
+    (tmp_path / "my.json").write_text(mine)
+    monkeypatch.chdir(tmp_path)  # a relative path is read from the current directory, like -e script
+    for args in (["--max_steps", "5", "--deepspeed", "my.json"], ["--deepspeed=my.json", "--max_steps", "5"]):
+        p = build(tmp_path, script=str(script), script_args_value=args)
+        assert p["files"]["ds_config.json"] == mine and p["ds_config"]["steps_per_print"] == 7
+        staged = f"{p['paths']['run_dir']}/ds_config.json"
+        ds_args = [a for a in p["argv"] if "deepspeed" in a or a == staged]
+        assert ds_args in (["--deepspeed", staged], [f"--deepspeed={staged}"]), p["argv"]
+        assert p["ds_config_source"] == str(tmp_path / "my.json")
+        assert json.loads(p["files"]["launch.json"])["ds_config_source"] == str(tmp_path / "my.json")
+        assert any("DeepSpeed config: yours" in line for line in p["summary"])
+    p = build(tmp_path, script=str(script), script_args_value=["--deepspeed", '{"train_batch_size": 8}'])
+    assert p["files"]["ds_config.json"] == '{"train_batch_size": 8}'
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "--deepspeed nope.json is not a file on the controller"),
+    ("{not json", "--deepspeed nope.json is not JSON"),
+    ("[1, 2]", "--deepspeed nope.json is a JSON list, not an object"),
+])
+def test_a_bad_user_deepspeed_file_is_one_line(tmp_path, monkeypatch, content, message):
+    script = tmp_path / "run_mlm.py"
+    script.write_text("from transformers import Trainer\n")
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "nope.json").write_text(content)
+    with pytest.raises(JobError) as err:
+        build(tmp_path, script=str(script), script_args_value=["--deepspeed", "nope.json"])
+    assert message in str(err.value) and "\n" not in str(err.value)
