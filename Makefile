@@ -7,7 +7,7 @@ BIN      := $(VENV)/bin
 NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup provision demo lint test unit cluster-test molecule
+.PHONY: setup provision demo lint test unit cluster-test molecule bench
 
 $(BIN)/ansible-playbook: requirements.txt
 	@echo "== controller tools -> $(VENV) (ansible, ansible-lint, pytest)"
@@ -53,3 +53,10 @@ cluster-test: setup
 # missing and builds the node image. `make molecule SCENARIOS="cuda/distro nccl"` runs some.
 molecule: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH molecule/roles.sh $(SCENARIOS)
+
+# The GPU benchmark (issue 13, docs/benchmarks/gpu-<date>.md): ON ONE GPU MACHINE laid out like inventory/h200, with
+# the wheelhouse .whl/ of docs/gpu-validation.md: provisions, then trains bert (blog recipe and defaults) and gpt2
+# through train.yml and writes $(BENCH_OUT)/gpu-<date>.json and .md.
+BENCH_OUT ?= docs/benchmarks
+bench:
+	molecule/gpu/bench.sh $(BENCH_OUT)

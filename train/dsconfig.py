@@ -14,7 +14,14 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
 - offload: zero_optimization.offload_optimizer comes from the job key offload_optimizer (none|cpu), never from
   the deprecated `cpu_offload` keys, which are refused;
 - optimizer: on accelerator cpu without offload, optimizer.params.torch_adam = true, so DeepSpeed uses
-  torch.optim.AdamW instead of JIT-compiling its FusedAdam op (~70 s on 2 cores) at every start;
+  torch.optim.AdamW instead of JIT-compiling its FusedAdam op (~70 s on 2 cores) at every start; a job whose
+  optimizer is the Trainer's (adamw_torch_fused / adamw_torch) gets no "optimizer" block and no "scheduler" block:
+  the Trainer builds torch's AdamW and its linear warm-up/decay schedule and hands both to DeepSpeed (transformers'
+  deepspeed_optim_sched, "HF scheduler + HF optimizer"; it sets zero_allow_untested_optimizer itself);
+- autocast: job autocast true -> "torch_autocast": {"enabled": true, "dtype": "bfloat16"} and the bf16/fp16 blocks
+  off (the Trainer runs without --bf16): DeepSpeed autocasts the forward and keeps fp32 weights, gradients and
+  optimizer state, skipping its bf16 optimizer wrapper (measured on one H200, BERT-base micro 128, ZeRO-0:
+  989 samples/s against 788 with the bf16 block);
 - scheduler (the warm-up trap): see _scheduler().
 A bad job, template or world size raises train.job.JobError; the CLI prints it as one line and exits 2.
 """
@@ -61,6 +68,14 @@ def render(job, world_size, templates_dir):
     _offload(config, zero, job, where)
     _optimizer(config, job, where)
     _scheduler(config, job, where)
+    if job.get("optimizer", "deepspeed") != "deepspeed":
+        config.pop("optimizer", None)
+        config.pop("scheduler", None)
+    if job.get("autocast"):
+        for name in ("bf16", "fp16"):
+            if isinstance(config.get(name), dict):
+                config[name]["enabled"] = False
+        config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
     return config
 
 
@@ -279,13 +294,16 @@ def describe(config, world_size):
     """One line describing a rendered config (what the CLI prints)."""
     zero = config.get("zero_optimization", {})
     precision = next((name for name in ("bf16", "fp16") if _get(config, f"{name}.enabled") is True), "fp32")
+    if _get(config, "torch_autocast.enabled") is True:
+        precision = f"torch_autocast {_get(config, 'torch_autocast.dtype')}"
     scheduler = config.get("scheduler")
     sched = (f"scheduler {scheduler.get('type')}" if scheduler
-             else "no DeepSpeed scheduler (warm-up 0: the Trainer's linear schedule)")
+             else "no DeepSpeed scheduler (the Trainer's linear schedule)")
     offload = _get(config, "zero_optimization.offload_optimizer.device") or "none"
     torch_adam = " (torch_adam)" if _get(config, "optimizer.params.torch_adam") else ""
     return (f"ds_config: ZeRO-{zero.get('stage', 0)}, world size {world_size}, {precision}, "
-            f"optimizer {_get(config, 'optimizer.type')}{torch_adam}, offload {offload}, {sched}")
+            f"optimizer {_get(config, 'optimizer.type') or 'client (the Trainer builds it)'}{torch_adam}, "
+            f"offload {offload}, {sched}")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -26,6 +26,9 @@ from . import dsconfig, job as jobmod, launch, script_args
 LAUNCHERS = ("pdsh", "ansible")
 PRESET_ENTRY = ["train/pretrain.py"]
 RUN_SCRIPT = "train/run_script.py"
+# Job keys a user script starts from (script mode): what the CPU and GPU paths ran before the presets' GPU defaults.
+SCRIPT_DEFAULTS = {"train_batch_size": None, "zero_stage": 2, "optimizer": "deepspeed", "autocast": False,
+                   "torch_compile": False, "mlm_head": "full"}
 
 
 class PlanError(jobmod.JobError):
@@ -184,6 +187,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         tree = parse_script(script)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
         overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
+        # the script's own Trainer runs with its own arguments: none of the preset's GPU defaults (global batch,
+        # client optimizer, torch_autocast, compile, masked head) are imposed on it unless given with -e
+        for key, value in SCRIPT_DEFAULTS.items():
+            overrides.setdefault(key, value)
         overrides.update(from_script)
     elif script_args_value not in (None, "", []):
         raise PlanError("script_args is given but no script", "-e script_args",
@@ -192,8 +199,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         raise PlanError("script_data is given but no script", "-e script_data",
                         "add -e script=<your training script>, or use -e dataset_path= for the built-in trainer")
 
-    job = jobmod.resolve(model, overrides, now=now)
     world = int(shape["world_size"])
+    job = jobmod.resolve(model, overrides, now=now, world_size=world)
     ds_config = dsconfig.render(job, world, templates_dir)
     ds_text, ds_source = None, "rendered"
     if script is not None:

@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +57,8 @@ from transformers import (  # noqa: E402
     set_seed,
 )
 
+from train import mlm_head  # noqa: E402  (torch only: a collator and a forward; importing it changes nothing)
+
 logger = transformers.logging.get_logger("train.pretrain")
 RECORDED_BATCHES = 3  # per rank: sha256 of the first few batches, to show the ranks see different data
 ROBERTA_LIKE = {"roberta", "xlm-roberta", "camembert", "longformer"}  # positions start after padding_idx
@@ -78,6 +82,13 @@ class ModelArguments:
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "local directory of a saved model to continue from (instead of a config)"}
     )
+    attn_implementation: str | None = field(
+        default=None, metadata={"help": "transformers attn_implementation (sdpa, eager, flash_attention_2, ...)"}
+    )
+    mlm_head: str = field(
+        default="full", metadata={"help": "masked: the LM head only at masked positions (train/mlm_head.py)",
+                                  "choices": ["full", "masked"]}
+    )
 
 
 @dataclass
@@ -86,6 +97,82 @@ class DataArguments:
 
     dataset_dir: str = field(metadata={"help": "prepared artifact directory (tokenizer/, dataset/, prepare.json)"})
     mlm_probability: float = field(default=0.15, metadata={"help": "share of tokens masked (task mlm)"})
+    fit_micro_batch_to_memory: bool = field(
+        default=False, metadata={"help": "halve the micro batch (doubling accumulation, same global batch) until the "
+                                         "estimate of fit_micro_batch fits this rank's GPU"}
+    )
+
+
+# -------------------------------------------------------------------------------------------- micro batch vs memory
+#: share of the GPU's memory the estimate may fill (the rest: CUDA context, allocator fragmentation, compile
+#: workspaces, NCCL buffers)
+MEMORY_SHARE = 0.85
+RESERVED_BYTES = 2 << 30
+
+
+def activation_bytes_per_sample(*, layers: int, hidden: int, seq: int, vocab: int, head_rows: float,
+                                half: bool) -> int:
+    """Estimated training memory of one sample (activations kept for backward), in bytes.
+
+    Transformer layers: 34 x seq x hidden bytes per layer in 16-bit (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models", sec. 4.1, without the 5 x heads x seq^2 attention-score term that
+    SDPA / flash attention do not store), doubled in fp32. LM head: head_rows x vocab x 10 bytes (16-bit logits,
+    their fp32 copy for the loss, its fp32 gradient).
+
+    Args:
+        layers, hidden, seq, vocab: model depth, width, tokens per sample, vocabulary size.
+        head_rows: rows the head computes per sample (seq for the full head, ~1.2 x mlm_probability x seq masked).
+        half: 16-bit activations (bf16/fp16, autocast included) or fp32.
+    """
+    per_layer = 34 * seq * hidden * (1 if half else 2)
+    return int(layers * per_layer + head_rows * vocab * 10)
+
+
+def fit_micro_batch(micro: int, accum: int, *, memory_bytes: int, n_params: int, per_sample_bytes: int):
+    """Halve ``micro`` and double ``accum`` (the global batch stays) until micro x per_sample_bytes fits.
+
+    Budget = MEMORY_SHARE x memory_bytes - RESERVED_BYTES - 16 x n_params (fp32 weights, gradients, Adam m and v).
+
+    Returns:
+        (micro, accum, budget_bytes): unchanged when it fits, or when micro is odd or 1.
+    """
+    budget = int(MEMORY_SHARE * memory_bytes) - RESERVED_BYTES - 16 * n_params
+    while micro > 1 and micro % 2 == 0 and micro * per_sample_bytes > budget:
+        micro, accum = micro // 2, accum * 2
+    return micro, accum, budget
+
+
+def _fit_to_gpu(values: dict) -> None:
+    """--fit_micro_batch_to_memory: adjust values' per_device_train_batch_size / gradient_accumulation_steps to
+    this rank's GPU before TrainingArguments (and the DeepSpeed config's "auto" batch values) are built."""
+    if not values.get("fit_micro_batch_to_memory") or not torch.cuda.is_available():
+        return
+    try:
+        config = json.loads(values.get("config_overrides") or "{}")
+    except json.JSONDecodeError:
+        return  # build_model reports it
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    hidden = config.get("hidden_size", config.get("n_embd"))
+    vocab = config.get("vocab_size")
+    meta_path = Path(values.get("dataset_dir") or ".") / "prepare.json"
+    seq = json.loads(meta_path.read_text(encoding="utf-8")).get("block_length") if meta_path.is_file() else None
+    if not all(isinstance(v, int) for v in (layers, hidden, vocab, seq)):
+        return
+    masked = values.get("mlm_head") == "masked" and values.get("task") == "mlm"
+    rows = 1.2 * float(values.get("mlm_probability") or 0.15) * seq if masked else seq
+    per_sample = activation_bytes_per_sample(layers=layers, hidden=hidden, seq=seq, vocab=vocab, head_rows=rows,
+                                             half=True)
+    n_params = layers * 12 * hidden * hidden + vocab * hidden
+    local = int(values.get("local_rank", -1) if values.get("local_rank", -1) not in (None, -1) else 0)
+    memory = torch.cuda.get_device_properties(max(0, local)).total_memory
+    micro, accum = int(values["per_device_train_batch_size"]), int(values["gradient_accumulation_steps"])
+    new_micro, new_accum, budget = fit_micro_batch(micro, accum, memory_bytes=memory, n_params=n_params,
+                                                   per_sample_bytes=per_sample)
+    if new_micro != micro:
+        print(f"[pretrain] micro batch {micro} x accumulation {accum} -> {new_micro} x {new_accum} to fit "
+              f"{memory / 2**30:.0f} GiB ({per_sample / 2**20:.0f} MiB a sample estimated, budget "
+              f"{budget / 2**30:.1f} GiB); the global batch is unchanged", flush=True)
+        values["per_device_train_batch_size"], values["gradient_accumulation_steps"] = new_micro, new_accum
 
 
 def parse_arguments(argv: list[str] | None = None):
@@ -100,6 +187,7 @@ def parse_arguments(argv: list[str] | None = None):
     namespace = parser.parse_args(argv)
     values = vars(namespace)
     runtime.bootstrap(values.get("deepspeed"))
+    _fit_to_gpu(values)
     if runtime.init_cpu_deepspeed_distributed(values.get("deepspeed"), values.get("ddp_timeout") or 1800):
         values["accelerator_config"] = runtime.configured_state(values.get("accelerator_config"))
     out = []
@@ -132,6 +220,83 @@ class PretrainTrainer(Trainer):
         if len(self.batch_digests) < RECORDED_BATCHES:
             self.batch_digests.append(batch_digest(inputs, self.task == "mlm"))
         return super().training_step(model, inputs, num_items_in_batch)
+
+
+class PerfCallback(transformers.TrainerCallback):
+    """Rank 0 writes OUT/perf.json at the end of training: wall-clock times (time.time(), seconds) of training
+    start and of the end of the first optimizer step, the steady-state throughput between the end of step
+    ``max(1, max_steps // 4)`` and the last step (the GPU synchronised at both ends, nowhere else), peak GPU memory
+    (torch.cuda.max_memory_allocated / max_memory_reserved, bytes) and the GPU's name.
+
+    With DSC_PROFILE_STEPS=A:B in the environment, steps A..B run under torch.profiler and OUT/profile.txt gets
+    its table of the 30 ops with the most CUDA time (a step's time per op; no effect otherwise).
+    """
+
+    def __init__(self, output_dir, global_batch: int, block_length: int):
+        self.out = Path(output_dir)
+        self.global_batch, self.block_length = global_batch, block_length
+        self.times: dict = {}
+        self.profile = None
+        spec = os.environ.get("DSC_PROFILE_STEPS", "")
+        self.profile_steps = tuple(int(x) for x in spec.split(":")) if ":" in spec else None
+
+    @staticmethod
+    def _now() -> float:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.time()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.times["train_begin"] = time.time()
+        self.window_start = max(1, state.max_steps // 4)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.profile_steps and state.global_step + 1 == self.profile_steps[0] and args.process_index == 0:
+            acts = [torch.profiler.ProfilerActivity.CPU] + (
+                [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            self.profile = torch.profiler.profile(activities=acts)
+            self.profile.__enter__()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = state.global_step
+        if step == 1:
+            self.times["first_step_end"] = self._now()
+        if step == self.window_start:
+            self.times["window_start"] = (step, self._now())
+        if step == state.max_steps:
+            self.times["window_end"] = (step, self._now())
+        if self.profile is not None and self.profile_steps and step == self.profile_steps[1]:
+            self.profile.__exit__(None, None, None)
+            key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+            table = self.profile.key_averages().table(sort_by=key, row_limit=30)
+            steps = self.profile_steps[1] - self.profile_steps[0] + 1
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "profile.txt").write_text(f"torch.profiler, steps {self.profile_steps[0]}..{self.profile_steps[1]} "
+                                                  f"({steps} optimizer steps)\n{table}\n", encoding="utf-8")
+            self.profile = None
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if args.process_index != 0:
+            return
+        perf = {"train_begin_unix_s": self.times.get("train_begin"),
+                "first_step_end_unix_s": self.times.get("first_step_end"),
+                "global_batch": self.global_batch, "block_length": self.block_length,
+                "per_device_train_batch_size": args.per_device_train_batch_size,
+                "gradient_accumulation_steps": args.gradient_accumulation_steps}
+        if "window_start" in self.times and "window_end" in self.times:
+            (s0, t0), (s1, t1) = self.times["window_start"], self.times["window_end"]
+            if s1 > s0 and t1 > t0:
+                sps = self.global_batch * (s1 - s0) / (t1 - t0)
+                perf.update({"steady_steps": [s0, s1], "steady_seconds": round(t1 - t0, 4),
+                             "steady_samples_per_second": round(sps, 2),
+                             "steady_tokens_per_second": round(sps * self.block_length, 1)})
+        if torch.cuda.is_available():
+            perf.update({"gpu": torch.cuda.get_device_name(),
+                         "peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
+                         "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(),
+                         "gpu_memory_bytes": torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory})
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "perf.json").write_text(json.dumps(perf, indent=2) + "\n", encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------------------------------------- setup
@@ -184,7 +349,8 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int):
         if not Path(model_args.model_name_or_path).is_dir():
             raise UsageError(f"--model_name_or_path {model_args.model_name_or_path} is not a local directory "
                              "(nothing is downloaded); save the model there first or build from --model_type")
-        model = auto.from_pretrained(model_args.model_name_or_path)
+        extra = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
+        model = auto.from_pretrained(model_args.model_name_or_path, **extra)
         weight = model.get_input_embeddings().weight
         if getattr(weight, "ds_shape", weight.shape)[0] < len(tokenizer):  # ds_shape: ZeRO-3 partitioned
             model.resize_token_embeddings(len(tokenizer))
@@ -213,7 +379,15 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int):
         if positions is not None and positions < need:
             raise UsageError(f"the model has {positions} position embeddings but blocks of {block_length} tokens "
                              f"need {need}; raise max_position_embeddings/n_positions or lower max_seq_length")
-        model = auto.from_config(config)
+        extra = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
+        model = auto.from_config(config, **extra)
+    if model_args.mlm_head == "masked":
+        if model_args.task != "mlm":
+            raise UsageError("--mlm_head masked applies to --task mlm only; use --mlm_head full")
+        try:
+            mlm_head.use_masked_positions_head(model)
+        except TypeError as e:
+            raise UsageError(f"{e}") from None
     return model, config
 
 
@@ -253,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     collator = DataCollatorForLanguageModeling(
         tokenizer=tokenizer, mlm=model_args.task == "mlm", mlm_probability=data_args.mlm_probability
     )
+    if model_args.mlm_head == "masked":
+        collator = mlm_head.MaskedPositionsCollator(collator, data_args.mlm_probability)
     trainer = PretrainTrainer(
         model=model,
         args=training_args,
@@ -268,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                "source_fingerprint": meta.get("source", {}).get("fingerprint")},
         rank_extra=lambda: {"first_batches_sha256": list(trainer.batch_digests)},
     )
+    trainer.add_callback(PerfCallback(training_args.output_dir, global_batch, block_length))
     trainer.train()  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
     out = Path(training_args.output_dir)
     trainer.save_model(str(out / "model"))  # every rank (ZeRO-3 gathers); rank 0 writes model + tokenizer

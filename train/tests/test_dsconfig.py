@@ -33,11 +33,14 @@ HF_AUTO_KEYS = [
     "scheduler.params.total_num_steps", "fp16.enabled", "bf16.enabled",
 ]
 MODEL_ARG_FLAGS = {"--task", "--model_type", "--config_overrides", "--model_name_or_path", "--dataset_dir",
-                   "--mlm_probability"}
+                   "--mlm_probability", "--attn_implementation", "--mlm_head", "--fit_micro_batch_to_memory"}
 
 
 def make_job(model="bert", **overrides):
-    return J.resolve(model, {"model_size": "tiny", "accelerator": "cpu", "run_name": "t", **overrides})
+    """A tiny job; DeepSpeed's own optimizer, precision blocks and ZeRO-2 unless given (the GPU defaults of
+    issue 13, client optimizer + torch_autocast + ZeRO-0, have their own tests below)."""
+    return J.resolve(model, {"model_size": "tiny", "accelerator": "cpu", "run_name": "t", "zero_stage": 2,
+                             "optimizer": "deepspeed", "autocast": False, **overrides})
 
 
 def training_args(job, tmp_path):
@@ -373,3 +376,36 @@ def test_fp16_only_keys_in_a_bf16_block_are_refused(tmp_path):
     templates = _template_with(tmp_path, bf16={"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16})
     with pytest.raises(J.JobError, match="bf16 block has fp16-only keys initial_scale_power, loss_scale"):
         D.render(make_job("bert", accelerator="cuda", precision="bf16"), 1, templates)
+
+
+# ------------------------------------------------------------------------------------ GPU defaults (issue 13)
+
+
+def test_gpu_defaults_render_client_optimizer_and_torch_autocast(tmp_path):
+    """bert base on cuda: no optimizer/scheduler block (the Trainer's fused AdamW and linear schedule), bf16 through
+    torch_autocast with the bf16/fp16 blocks off, ZeRO-0, the global batch 256; HF fills and DeepSpeed parses it."""
+    job = J.resolve("bert", {"accelerator": "cuda", "run_name": "t"})
+    config = D.render(job, 1, TEMPLATES)
+    assert "optimizer" not in config and "scheduler" not in config
+    assert config["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
+    assert config["bf16"]["enabled"] is False and config["fp16"]["enabled"] is False
+    assert config["zero_optimization"]["stage"] == 0 and config["train_batch_size"] == 256
+    assert "torch_autocast bfloat16" in D.describe(config, 1) and "client" in D.describe(config, 1)
+    args = training_args(job, tmp_path)
+    assert (args.optim, args.bf16, args.torch_compile) == ("adamw_torch_fused", False, True)
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    hf = HfTrainerDeepSpeedConfig(copy.deepcopy(config))
+    hf.trainer_config_process(WorldSize(args, 1))
+    assert hf.config["train_micro_batch_size_per_gpu"] == 128 and hf.config["gradient_accumulation_steps"] == 2
+    assert hf.config["bf16"]["enabled"] is False
+
+
+def test_blog_recipe_renders_deepspeeds_blocks():
+    job = J.resolve("bert", {"accelerator": "cuda", "run_name": "t", "precision": "fp16", "offload_optimizer": "cpu",
+                             "per_device_train_batch_size": 16, "gradient_accumulation_steps": 1,
+                             "train_batch_size": None})
+    config = D.render(job, 1, TEMPLATES)
+    assert config["optimizer"]["type"] == "AdamW" and config["fp16"]["enabled"] is True
+    assert config["zero_optimization"]["stage"] == 2 and config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "torch_autocast" not in config

@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import re
 import os
 import subprocess
 import sys
@@ -27,14 +28,17 @@ def run_cli(*args, module="train.job"):
 
 
 def test_bert_base_carries_the_blogs_numbers():
+    """The blog's optimiser numbers, with the GPU defaults of issue 13 (global batch 256 = micro 128 x 2)."""
     job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW)
     expected = {
         "task": "mlm", "model_type": "bert", "tokenizer_type": "wordpiece", "vocab_size": 30522,
-        "lowercase": True, "max_seq_length": 512, "per_device_train_batch_size": 16, "learning_rate": 2e-4,
+        "lowercase": True, "max_seq_length": 512, "per_device_train_batch_size": 128, "learning_rate": 2e-4,
         "weight_decay": 0.01, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-6,
         "warmup_steps": 10000, "save_steps": 100, "logging_steps": 100, "save_total_limit": 2,
-        "max_steps": 50000, "zero_stage": 2, "dataloader_num_workers": 2, "gradient_accumulation_steps": 1,
-        "mlm_probability": 0.15, "precision": "bf16", "offload_optimizer": "none",
+        "max_steps": 50000, "zero_stage": 0, "dataloader_num_workers": 4, "gradient_accumulation_steps": 2,
+        "train_batch_size": 256, "mlm_probability": 0.15, "precision": "bf16", "offload_optimizer": "none",
+        "optimizer": "adamw_torch_fused", "autocast": True, "attention": "sdpa", "torch_compile": True,
+        "mlm_head": "masked",
     }
     assert {key: job[key] for key in expected} == expected
     for key in ("learning_rate", "adam_epsilon", "weight_decay"):
@@ -49,7 +53,7 @@ def test_presets_are_the_only_source_of_numbers():
     raw = yaml.safe_load((J.PRESETS_DIR / "bert.yml").read_text())
     job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW)
     for key, value in raw.items():
-        if key != "sizes" and value is not None and key not in ("precision",):
+        if key != "sizes" and value is not None and key not in ("precision",) and value != "auto":
             assert job[key] == value, key
     assert not [v for v in J.DEFAULTS.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
@@ -273,7 +277,8 @@ CONTRACT_FLAGS = {
     "--learning_rate", "--weight_decay", "--adam_beta1", "--adam_beta2", "--adam_epsilon", "--max_grad_norm",
     "--warmup_steps", "--max_steps", "--save_steps", "--logging_steps", "--save_total_limit", "--seed", "--bf16",
     "--fp16", "--report_to", "--dataloader_num_workers", "--lr_scheduler_type", "--save_strategy",
-    "--logging_first_step",
+    "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
+    "--dataloader_drop_last", "--fit_micro_batch_to_memory", "--dataloader_persistent_workers",
 }
 
 
@@ -285,12 +290,15 @@ def _flags(args):
 def test_argv_for_bert_base_on_cuda():
     flags = _flags(J.argv(J.resolve("bert", {"accelerator": "cuda"}, now=NOW), "/d", "/o", "/c.json"))
     assert set(flags) <= CONTRACT_FLAGS
-    assert flags["--bf16"] == "true" and "--fp16" not in flags
+    assert "--bf16" not in flags and "--fp16" not in flags  # bf16 through DeepSpeed's torch_autocast block
+    assert (flags["--optim"], flags["--torch_compile"], flags["--mlm_head"], flags["--attn_implementation"]) == (
+        "adamw_torch_fused", "true", "masked", "sdpa")
+    assert flags["--per_device_train_batch_size"] == "128" and flags["--gradient_accumulation_steps"] == "2"
     assert (flags["--dataset_dir"], flags["--output_dir"], flags["--deepspeed"]) == ("/d", "/o", "/c.json")
     assert flags["--learning_rate"] == "0.0002" and flags["--adam_epsilon"] == "1e-06"
     assert flags["--max_steps"] == "50000" and flags["--warmup_steps"] == "10000"
     assert flags["--mlm_probability"] == "0.15" and flags["--lr_scheduler_type"] == "linear"
-    assert flags["--dataloader_num_workers"] == "2" and flags["--report_to"] == "none"
+    assert flags["--dataloader_num_workers"] == "4" and flags["--report_to"] == "none"
     config = json.loads(flags["--config_overrides"])
     assert config["vocab_size"] == 30522 and config["hidden_size"] == 768
     assert "--model_name_or_path" not in flags
@@ -334,3 +342,49 @@ def test_controller_modules_do_not_import_torch():
             "assert not heavy, heavy")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------------------------------------------ auto (issue 13)
+
+
+def test_auto_keeps_the_cpu_path():
+    """On cpu "auto" gives what the CPU path always ran: ZeRO-2, DeepSpeed's optimizer, no autocast/compile."""
+    job = J.resolve("bert", {"accelerator": "cpu"}, now=NOW, world_size=2)
+    assert (job["zero_stage"], job["optimizer"], job["autocast"], job["torch_compile"], job["mlm_head"],
+            job["precision"]) == (2, "deepspeed", False, False, "full", "fp32")
+    assert job["per_device_train_batch_size"] * job["gradient_accumulation_steps"] * 2 == 256
+    tiny = J.resolve("bert", {"accelerator": "cpu", "model_size": "tiny"}, now=NOW, world_size=2)
+    assert (tiny["per_device_train_batch_size"], tiny["gradient_accumulation_steps"], tiny["train_batch_size"],
+            tiny["zero_stage"]) == (8, 1, None, 2)
+
+
+@pytest.mark.parametrize("world, micro, accum", [(1, 128, 2), (2, 128, 1), (8, 32, 1)])
+def test_auto_batch_keeps_the_global_batch(world, micro, accum):
+    job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW, world_size=world)
+    assert (job["per_device_train_batch_size"], job["gradient_accumulation_steps"]) == (micro, accum)
+    gpt2 = J.resolve("gpt2", {"accelerator": "cuda"}, now=NOW, world_size=world)
+    assert gpt2["per_device_train_batch_size"] * gpt2["gradient_accumulation_steps"] * world == 512
+    assert gpt2["per_device_train_batch_size"] <= 64 and gpt2["mlm_head"] == "full"
+
+
+def test_blog_recipe_gets_deepspeeds_optimizer_and_fp16():
+    job = J.resolve("bert", {"accelerator": "cuda", "precision": "fp16", "offload_optimizer": "cpu"}, now=NOW)
+    assert (job["zero_stage"], job["optimizer"], job["autocast"]) == (2, "deepspeed", False)
+    assert "--fp16" in J.argv(job, "D", "O", "C") and "--optim" not in J.argv(job, "D", "O", "C")
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"offload_optimizer": "cpu", "optimizer": "adamw_torch_fused"}, "needs DeepSpeed's optimizer"),
+    ({"precision": "fp16", "autocast": "true"}, "autocast (DeepSpeed torch_autocast) runs bf16"),
+    ({"train_batch_size": 100, "per_device_train_batch_size": 64}, "is not per_device_train_batch_size 64"),
+])
+def test_auto_rules_refuse_contradictions(overrides, needle):
+    with pytest.raises(J.JobError, match=re.escape(needle)):
+        J.resolve("bert", {"accelerator": "cuda", **overrides}, now=NOW)
+
+
+def test_masked_head_and_compile_need_their_setting():
+    with pytest.raises(J.JobError, match="masked LM only"):
+        J.resolve("gpt2", {"accelerator": "cuda", "mlm_head": "masked"}, now=NOW)
+    with pytest.raises(J.JobError, match="torch_compile needs accelerator cuda"):
+        J.resolve("bert", {"accelerator": "cpu", "torch_compile": "true"}, now=NOW)

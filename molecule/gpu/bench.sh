@@ -1,0 +1,83 @@
+#!/bin/bash
+# The GPU benchmark of issue 13 (docs/benchmarks/gpu-<date>.md): on one GPU machine, from the repository root,
+#   molecule/gpu/bench.sh OUTDIR            (make bench; expects .whl/ as docs/gpu-validation.md builds it)
+# provisions the node (inventory/h200, ops cpu_adam + fused_adam pre-built), makes full-size tokenizers (the one
+# prepare_data trains on the built-in corpus, padded to 30,522 / 50,257 entries), then trains through
+# `ansible-playbook -i inventory/h200 train.yml` three times -- bert with the blog's recipe, bert defaults, gpt2
+# defaults -- and writes OUTDIR/gpu-<date>.json + .md (python -m train.bench report).
+# DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already).
+set -u -o pipefail
+OUT=${1:-/tmp/gpu-bench}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/bench.log") 2>&1
+W=$PWD/.whl
+PY=/opt/torch/.venv/bin/python
+step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
+
+step machine
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+  "$W"/ansible_core-*.whl "$W"/resolvelib-*.whl "$W"/cryptography-*.whl "$W"/cffi-*.whl "$W"/pycparser-*.whl || exit 1
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+mkdir -p /tmp/coll && tar -C /tmp/coll -xzf "$W/collections.tar.gz" && export ANSIBLE_COLLECTIONS_PATH=/tmp/coll
+if ! command -v rsync >/dev/null; then
+  for d in "$W"/*.deb; do dpkg -x "$d" /tmp/rsroot; done
+  export PATH=/tmp/rsroot/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/rsroot/usr/lib/x86_64-linux-gnu
+fi
+export ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
+
+if [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then
+  step "provision (ops: cpu_adam for the blog's offload, fused_adam)"
+  s=$(date +%s)
+  ansible-playbook -i inventory/h200 playbooks/provision.yml --skip-tags base_install \
+    -e "python_env_wheelhouse=$W" -e "deepspeed_sdist_path=$W/deepspeed-0.19.8.tar.gz" \
+    -e '{"deepspeed_expected_ops": ["cpu_adam", "fused_adam"], "deepspeed_build_ops_disabled": ["DS_BUILD_EVOFORMER_ATTN", "DS_BUILD_CUTLASS_OPS", "DS_BUILD_RAGGED_DEVICE_OPS", "DS_BUILD_GDS", "DS_BUILD_TRANSFORMER_INFERENCE", "DS_BUILD_INFERENCE_CORE_OPS", "DS_BUILD_SPATIAL_INFERENCE", "DS_BUILD_FP_QUANTIZER", "DS_BUILD_QUANTIZER", "DS_BUILD_RANDOM_LTD", "DS_BUILD_STOCHASTIC_TRANSFORMER", "DS_BUILD_TRANSFORMER", "DS_BUILD_RAGGED_OPS", "DS_BUILD_DEEP_COMPILE", "DS_BUILD_FUSED_LAMB", "DS_BUILD_FUSED_LION", "DS_BUILD_CPU_LION", "DS_BUILD_CPU_ADAGRAD", "DS_BUILD_PIN_MEMORY", "DS_BUILD_UTILS"]}' \
+    > "$OUT/provision.log" 2>&1
+  rc=$?; tail -3 "$OUT/provision.log"; echo "provision: rc=$rc in $(( $(date +%s) - s )) s"
+  [ $rc -eq 0 ] || { tail -40 "$OUT/provision.log"; exit 1; }
+fi
+
+step "full-size tokenizers: prepare_data's (built-in corpus) padded to 30522 / 50257 entries"
+TOK=/tmp/bench-tok
+for m in bert:30522 gpt2:50257; do
+  name=${m%%:*}; size=${m##*:}
+  $PY -m train.job resolve --model "$name" --overrides '{"accelerator": "cuda", "run_name": "tok"}' --out "$TOK-$name.json" >/dev/null &&
+  $PY -m train.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$OUT/tok-$name.log" 2>&1 &&
+  $PY -m train.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$OUT/tok-$name.log"; exit 1; }
+done
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RUNS=$OUT/runs.json; echo "[" > "$RUNS"; first=1
+bench_run() {  # label, run name, profile steps ("" for none), -e arguments...
+  local label=$1 run=$2 prof=$3; shift 3
+  step "$label: ansible-playbook -i inventory/h200 train.yml $*"
+  local s; s=$(date +%s.%N)
+  DSC_PROFILE_STEPS=$prof timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" \
+    > "$OUT/$run.playbook.log" 2>&1
+  local rc=$? e; e=$(date +%s.%N)
+  grep -E 'run .*world size|samples/s|error|FAILED|fatal' "$OUT/$run.playbook.log" | tail -8
+  echo "$label: rc=$rc in $(python3 -c "print(round($e - $s, 1))") s"
+  [ $first -eq 1 ] || echo "," >> "$RUNS"; first=0
+  $PY - "$label" "$run" "$s" "$e" "$*" >> "$RUNS" <<'PYEOF'
+import json, sys
+label, run, s, e, args = sys.argv[1:]
+print(json.dumps({"label": label, "run_name": run, "command": f"ansible-playbook -i inventory/h200 train.yml {args}",
+                  "playbook_start_unix_s": float(s), "playbook_end_unix_s": float(e),
+                  "run_dirs": [f"outputs/{run}", f"/opt/deepspeed-cluster/runs/{run}"]}))
+PYEOF
+  cp "/opt/deepspeed-cluster/runs/$run/train.log" "$OUT/$run.train.log" 2>/dev/null
+}
+COMMON=(-e warmup_steps=5 -e logging_steps=10 -e save_steps=100000)
+BERT=(-e model=bert -e tokenizer_path=$TOK/bert-30522)
+# the blog's recipe: fp16 + ZeRO-2 with the optimizer offloaded to the CPU, micro 16, no compile, the full head
+bench_run "bert, the blog's recipe" "bench-bert-blog-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
+  -e precision=fp16 -e offload_optimizer=cpu -e per_device_train_batch_size=16 -e gradient_accumulation_steps=1 \
+  -e train_batch_size=null -e torch_compile=false -e mlm_head=full
+bench_run "bert defaults" "bench-bert-$STAMP" "12:13" "${BERT[@]}" -e max_steps=80 "${COMMON[@]}"
+bench_run "gpt2 defaults" "bench-gpt2-$STAMP" "3:3" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=16 "${COMMON[@]}"
+echo "]" >> "$RUNS"
+
+step report
+commit=${DSC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+$PY -m train.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit"
+step done

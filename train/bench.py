@@ -1,0 +1,245 @@
+"""The GPU benchmark's two helpers (`make bench`, molecule/gpu/bench.sh; standard library only).
+
+    python -m train.bench pad-tokenizer SRC_DIR DST_DIR --size 30522
+    python -m train.bench report --runs RUNS.json --out docs/benchmarks [--commit C]
+
+pad-tokenizer: a copy of a saved tokenizer whose vocabulary is padded to ``--size`` entries with tokens the text
+never produces (``[unused<i>]``), so the model has a full-size embedding and LM head (BERT-base's 30,522 /
+GPT-2's 50,257) while prepare_data's tokenizer, trained on the small built-in corpus, reaches ~5.6 k.
+
+report: reads each run's job.json, metrics.json, perf.json (train/pretrain.py's PerfCallback), train.log and the
+playbook start time from RUNS.json (a list of {"label", "run_name", "command", "playbook_start_unix_s",
+"playbook_end_unix_s", "run_dirs": [dirs to look in]}), and writes OUT/gpu-<date>.json and OUT/gpu-<date>.md.
+
+MFU (the issue's formula): model FLOPs per token = 6 N + 12 L h s (Kaplan et al. 2020 / PaLM appendix B: 6 N for
+the dense weights forward + backward, 12 L h s for attention scores and values), N = every parameter
+(metrics.json n_parameters, embeddings included), L layers, h width, s tokens per sample; MFU = FLOPs/token x
+tokens/s / PEAK_FLOPS, PEAK_FLOPS = 790e12 (the dense bf16 matrix rate measured on one H200 of the device machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+PEAK_FLOPS = 790e12
+MFU_FORMULA = "MFU = (6*N + 12*L*h*s) * tokens_per_s / 790e12 (bf16 dense rate measured on one H200)"
+_LOG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]")
+
+
+def pad_tokenizer(src: str | Path, dst: str | Path, size: int) -> int:
+    """Copy the tokenizer in ``src`` to ``dst`` with its model vocabulary padded to ``size`` entries.
+
+    Args:
+        src: a saved tokenizer directory with tokenizer.json (WordPiece or BPE model).
+        dst: the directory to write (created).
+        size: the vocabulary size wanted (>= the current one).
+
+    Returns:
+        the new vocabulary size (entries in tokenizer.json's model vocab plus added tokens outside it).
+
+    Raises:
+        ValueError: no tokenizer.json, a model type without a ``vocab`` mapping, or size below the current size.
+    """
+    src, dst = Path(src), Path(dst)
+    data = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data.get("model", {}).get("vocab")
+    if not isinstance(vocab, dict):
+        raise ValueError(f"{src}/tokenizer.json has no model.vocab mapping (model {data.get('model', {}).get('type')})")
+    ids = set(vocab.values()) | {t["id"] for t in data.get("added_tokens", [])}
+    if size < len(ids):
+        raise ValueError(f"--size {size} is below the tokenizer's {len(ids)} entries")
+    next_id, i = max(ids) + 1, 0
+    while len(ids) < size:
+        token = f"[unused{i}]"
+        i += 1
+        if token in vocab:
+            continue
+        vocab[token] = next_id
+        ids.add(next_id)
+        next_id += 1
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "tokenizer.json" and f.name != "vocab.txt":
+            (dst / f.name).write_bytes(f.read_bytes())
+    (dst / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return len(ids)
+
+
+def _log_start(log: Path) -> float | None:
+    """Unix time of the first ``[YYYY-mm-dd HH:MM:SS,mmm]`` stamp in a train.log (DeepSpeed's launcher, local
+    time of the machine that wrote it), or None."""
+    if not log.is_file():
+        return None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines()[:200]:
+        m = _LOG_TIME.search(line)
+        if m:
+            return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+    return None
+
+
+def _find(name: str, dirs: list[str]) -> Path | None:
+    for d in dirs:
+        for candidate in (Path(d) / name, Path(d) / "output" / name):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _load(name: str, dirs: list[str]) -> dict:
+    path = _find(name, dirs)
+    return json.loads(path.read_text(encoding="utf-8")) if path else {}
+
+
+def model_flops_per_token(n_params: int, layers: int, hidden: int, seq: int) -> float:
+    """6 N + 12 L h s: training FLOPs per token (the issue's formula; see the module docstring)."""
+    return 6.0 * n_params + 12.0 * layers * hidden * seq
+
+
+def run_row(run: dict) -> dict:
+    """One benchmark row from a run's files (see the module docstring); missing values are None."""
+    dirs = run["run_dirs"]
+    job, metrics, perf = _load("job.json", dirs), _load("metrics.json", dirs), _load("perf.json", dirs)
+    config = job.get("model_config", {})
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    hidden = config.get("hidden_size", config.get("n_embd"))
+    seq = perf.get("block_length") or metrics.get("block_length")
+    n = metrics.get("n_parameters")
+    sps = perf.get("steady_samples_per_second")
+    tps = perf.get("steady_tokens_per_second")
+    mfu = None
+    if all(isinstance(v, (int, float)) for v in (n, layers, hidden, seq, tps)):
+        mfu = model_flops_per_token(n, layers, hidden, seq) * tps / PEAK_FLOPS
+    first = perf.get("first_step_end_unix_s")
+    launch = _log_start(_find("train.log", dirs) or Path("/nonexistent"))
+    start = run.get("playbook_start_unix_s")
+    profile = _find("profile.txt", dirs)
+    return {
+        "label": run["label"], "command": run["command"], "run_name": run["run_name"],
+        "samples_per_second": sps, "tokens_per_second": tps, "mfu": round(mfu, 4) if mfu is not None else None,
+        "steady_steps": perf.get("steady_steps"), "steady_seconds": perf.get("steady_seconds"),
+        "n_parameters": n, "vocab_size": metrics.get("vocab_size"), "layers": layers, "hidden": hidden,
+        "seq": seq, "global_batch": perf.get("global_batch"),
+        "micro_batch": perf.get("per_device_train_batch_size"), "accumulation": perf.get("gradient_accumulation_steps"),
+        "precision": job.get("precision"), "autocast": job.get("autocast"), "optimizer": job.get("optimizer"),
+        "zero_stage": job.get("zero_stage"), "offload_optimizer": job.get("offload_optimizer"),
+        "torch_compile": job.get("torch_compile"), "mlm_head": job.get("mlm_head"), "attention": job.get("attention"),
+        "peak_memory_allocated_gib": _gib(perf.get("peak_memory_allocated_bytes")),
+        "peak_memory_reserved_gib": _gib(perf.get("peak_memory_reserved_bytes")),
+        "playbook_start_to_first_step_s": round(first - start, 1) if first and start else None,
+        "launcher_start_to_first_step_s": round(first - launch, 1) if first and launch else None,
+        "playbook_wall_s": round(run["playbook_end_unix_s"] - start, 1) if run.get("playbook_end_unix_s") and start
+        else None,
+        "steps": metrics.get("steps"), "first_loss": metrics.get("first_loss"), "last_loss": metrics.get("last_loss"),
+        "gpu": perf.get("gpu"), "versions": metrics.get("versions"),
+        "profile": profile.read_text(encoding="utf-8") if profile else None,
+    }
+
+
+def _gib(value):
+    return round(value / 2**30, 1) if isinstance(value, (int, float)) else None
+
+
+def _fmt(value, spec=""):
+    return "—" if value is None else format(value, spec)
+
+
+def markdown(report: dict) -> str:
+    """The table and notes of a report dict (report())."""
+    lines = [f"# GPU benchmark {report['date']}: {report['gpu']}", "",
+             f"Command: `{report['command']}` at commit {report['commit']}. {report['mfu_formula']}; N counts every "
+             "parameter (embeddings included), s = tokens per sample. Steady state: between the end of step "
+             "max_steps/4 and the last step, the GPU synchronised at both ends.", "",
+             "| run | samples/s | tokens/s | MFU | micro x accum (global) | peak GPU memory (alloc / reserved) | "
+             "playbook start → first step end | launcher start → first step end | N, vocab |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report["runs"]:
+        mfu = f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "—"
+        lines.append(
+            f"| {r['label']} | {_fmt(r['samples_per_second'], ',.1f')} | {_fmt(r['tokens_per_second'], ',.0f')} | "
+            f"{mfu} | {r['micro_batch']} x {r['accumulation']} ({r['global_batch']}) | "
+            f"{_fmt(r['peak_memory_allocated_gib'])} / {_fmt(r['peak_memory_reserved_gib'])} GiB | "
+            f"{_fmt(r['playbook_start_to_first_step_s'])} s | {_fmt(r['launcher_start_to_first_step_s'])} s | "
+            f"{_fmt(r['n_parameters'] / 1e6 if r['n_parameters'] else None, '.1f')} M, {r['vocab_size']} |")
+    lines += ["", "Settings per run:", ""]
+    for r in report["runs"]:
+        lines.append(f"- {r['label']}: `{r['command']}` — {r['precision']}{' via torch_autocast' if r['autocast'] else ''}, "
+                     f"optimizer {r['optimizer']}, ZeRO-{r['zero_stage']}, offload {r['offload_optimizer']}, "
+                     f"compile {r['torch_compile']}, MLM head {r['mlm_head']}, {r['attention']}; loss "
+                     f"{r['first_loss']} → {r['last_loss']} in {r['steps']} steps")
+    lines += ["", f"Versions: {json.dumps(report['versions'])}", ""]
+    if report.get("targets"):
+        lines += ["Targets:", ""] + [f"- {t}" for t in report["targets"]] + [""]
+    return "\n".join(lines)
+
+
+def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | None = None) -> dict:
+    """The benchmark dict: one row per run (run_row), the GPU, versions, the MFU formula and the targets checked.
+
+    Targets (issue 13): bert defaults >= 1,080 samples/s and >= 10x the blog's recipe; gpt2 >= 300 k tokens/s;
+    playbook start -> first optimizer step end <= 30 s, launcher start -> first step end <= 20 s.
+    """
+    rows = [run_row(r) for r in runs]
+    by = {r["label"]: r for r in rows}
+    targets = []
+    bert, blog, gpt2 = by.get("bert defaults"), by.get("bert, the blog's recipe"), by.get("gpt2 defaults")
+
+    def check(name, value, ok):
+        targets.append(f"{name}: {value} — {'met' if ok else 'missed'}")
+
+    if bert and bert["samples_per_second"]:
+        check("bert defaults >= 1,080 samples/s", f"{bert['samples_per_second']:,.1f}", bert["samples_per_second"] >= 1080)
+        if blog and blog["samples_per_second"]:
+            ratio = bert["samples_per_second"] / blog["samples_per_second"]
+            check(">= 10x the blog's recipe", f"{ratio:.1f}x", ratio >= 10)
+    if gpt2 and gpt2["tokens_per_second"]:
+        check("gpt2 defaults >= 300 k tokens/s", f"{gpt2['tokens_per_second']:,.0f}", gpt2["tokens_per_second"] >= 3e5)
+    for r in rows:
+        if r["playbook_start_to_first_step_s"] is not None:
+            check(f"{r['label']}: playbook start -> first step end <= 30 s", f"{r['playbook_start_to_first_step_s']} s",
+                  r["playbook_start_to_first_step_s"] <= 30)
+        if r["launcher_start_to_first_step_s"] is not None:
+            check(f"{r['label']}: launcher start -> first step end <= 20 s", f"{r['launcher_start_to_first_step_s']} s",
+                  r["launcher_start_to_first_step_s"] <= 20)
+    gpu = next((r["gpu"] for r in rows if r["gpu"]), None)
+    versions = next((r["versions"] for r in rows if r["versions"]), None)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
+            "command": command, "commit": commit, "mfu_formula": MFU_FORMULA, "peak_flops": PEAK_FLOPS,
+            "versions": versions, "runs": rows, "targets": targets, "notes": notes or []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI (see the module docstring); returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m train.bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pad = sub.add_parser("pad-tokenizer")
+    pad.add_argument("src")
+    pad.add_argument("dst")
+    pad.add_argument("--size", type=int, required=True)
+    rep = sub.add_parser("report")
+    rep.add_argument("--runs", required=True)
+    rep.add_argument("--out", required=True)
+    rep.add_argument("--command", default="make bench")
+    rep.add_argument("--commit", default="unknown")
+    opts = parser.parse_args(argv)
+    if opts.command == "pad-tokenizer":
+        print(f"{opts.dst}: {pad_tokenizer(opts.src, opts.dst, opts.size)} entries")
+        return 0
+    runs = json.loads(Path(opts.runs).read_text(encoding="utf-8"))
+    data = report(runs, command=opts.command, commit=opts.commit)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"gpu-{data['date']}"
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
+    print(markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
