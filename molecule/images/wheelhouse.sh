@@ -6,22 +6,24 @@
 #
 #   molecule/images/wheelhouse.sh [DIR]     # default $WHEELHOUSE or ~/.cache/deepspeed-cluster/wheelhouse
 #
-# Contents: torch (CPU build) and python_env's pinned packages, read from roles/python_env/defaults/main.yml, plus
-# DeepSpeed's source distribution (deepspeed_version from roles/deepspeed/defaults/main.yml) and a
+# Contents: torch (CPU build) and the pinned packages of the torch line that publishes cpu, read from the matrix
+# (roles/torch_matrix/defaults/main.yml), plus DeepSpeed's source distribution (that line's deepspeed) and a
 # deepspeed-sdist.tar.gz link to it, for the deepspeed role's deepspeed_sdist_path. pip skips what is already there; a
 # .complete-<hash of the pins> file marks a finished download for those pins (nothing is asked of the index then).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-${WHEELHOUSE:-$HOME/.cache/deepspeed-cluster/wheelhouse}}
 mkdir -p "$dir"
-reqs=$(python3 - "$repo/roles/python_env/defaults/main.yml" <<'PY'
+{ read -r reqs; read -r ds_version; } < <(python3 - "$repo/roles/torch_matrix/defaults/main.yml" <<'PY'
 import sys, yaml
-d = yaml.safe_load(open(sys.argv[1]))
-print(f"torch=={d['python_env_torch_version']}+cpu", *d['python_env_packages'], "pip")
+lines = yaml.safe_load(open(sys.argv[1]))["torch_matrix_lines"]
+line = next(l for l in sorted(lines.values(), key=lambda l: [int(p) for p in l["torch"].split(".")], reverse=True)
+            if "cpu" in l["variants"])
+print(" ".join([f"torch=={line['torch']}+cpu", *line["packages"], "pip"]))
+print(line["deepspeed"])
 PY
 )
-ds_version=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["deepspeed_version"])' \
-  "$repo/roles/deepspeed/defaults/main.yml")
+[[ -n ${ds_version:-} ]] || { echo "error: no cpu line in roles/torch_matrix/defaults/main.yml" >&2; exit 1; }
 stamp="$dir/.complete-$(printf '%s\n' $reqs "deepspeed==$ds_version" | sha256sum | cut -c1-16)"
 if [[ -f $stamp ]]; then
   echo "== wheelhouse $dir is complete for these pins"
