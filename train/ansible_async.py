@@ -1,6 +1,7 @@
 """The controller side of following a job that an Ansible task started with ``async`` (imported by the action
-plugins ``deepspeed_watch`` of roles/train_launch and ``deepspeed_build_watch`` of roles/deepspeed only; needs
-ansible-core, so nothing on the nodes imports it).
+plugins ``deepspeed_watch`` of roles/train_launch, ``deepspeed_build_watch`` of roles/deepspeed, and
+``prepare_data_watch`` / ``stage_copy`` of roles/train_stage only; needs ansible-core, so nothing on the nodes
+imports it).
 
 Ansible prints a task's result only when the task ends, and an ``until:`` loop on ``async_status`` prints
 "FAILED - RETRYING" at every poll of a job that is fine. An action built on this class polls ``async_status``
@@ -10,6 +11,7 @@ itself and prints what the job's log says as it comes.
 from __future__ import annotations
 
 import shlex
+import time
 
 from ansible.plugins.action import ActionBase
 
@@ -39,3 +41,48 @@ class AsyncFollowAction(ActionBase):
         return self._execute_module(module_name="ansible.legacy.async_status",
                                     module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
                                     task_vars=task_vars)
+
+    def _follow_lines(self, jid: str, log_file: str, task_vars, on_line, *, poll: float = 10.0,
+                      timeout_s: float | None = None, on_idle=None, idle_s: float = 60.0, on_poll=None) -> dict:
+        """Poll async job ``jid`` until it ends, handing each new complete line of ``log_file`` to ``on_line``.
+
+        Args:
+            jid: the job's ansible_job_id; log_file: a file the job appends lines to, on the target.
+            on_line: called with each new line (no newline), as soon as a poll sees it; the lines written just
+                before the job ended are read once more after it.
+            poll: seconds between polls; timeout_s: give up after this long (None: never).
+            on_idle: called with the seconds elapsed after ``idle_s`` seconds without a new line (a "still
+                running" line), then again every ``idle_s``.
+            on_poll: called (no arguments) after each poll's lines were handed over: to print a summary of them.
+
+        Returns:
+            async_status's result for the ended job (rc, stdout, stderr, start, end, delta, ...), the job cleaned
+            up; or ``{"failed": True, "msg": ...}`` when its status can't be read or it ran past ``timeout_s``.
+        """
+        started = last_news = time.monotonic()
+        offset, pending = 0, ""
+        while True:
+            status = self._async_status(jid, "status", task_vars)
+            chunk = self._read_from(log_file, offset)
+            offset += len(chunk.encode("utf-8"))
+            *lines, pending = (pending + chunk).split("\n")
+            for line in lines:
+                on_line(line.rstrip())
+                last_news = time.monotonic()
+            if on_poll is not None:
+                on_poll()
+            if status.get("finished"):
+                break
+            if status.get("failed"):
+                return {"failed": True, "msg": f"cannot read the status of async job {jid}: {status.get('msg')}"}
+            now = time.monotonic()
+            if timeout_s is not None and now - started > timeout_s:
+                return {"failed": True, "msg": f"ran longer than {int(timeout_s)} s (log: {log_file})"}
+            if on_idle is not None and now - last_news >= idle_s:
+                on_idle(now - started)
+                last_news = now
+            time.sleep(poll)
+        if pending.strip():
+            on_line(pending.rstrip())
+        self._async_status(jid, "cleanup", task_vars)
+        return status

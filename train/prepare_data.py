@@ -1,6 +1,6 @@
 """Prepare a training data artifact once, on the head node: raw text -> tokenizer + tokenized, grouped blocks.
 
-    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--world-size N]
+    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--world-size N] [--progress-file F]
     python -m train.prepare_data --verify ARTIFACT_DIR
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
@@ -32,6 +32,12 @@ global batch of per_device_train_batch_size x gradient_accumulation_steps x ``--
 playbook passes the number of ranks) blocks, and a ``warning:`` line says so when the prepared blocks are fewer than
 one global batch or than MIN_STEPS_PER_EPOCH steps' worth.
 
+Progress: every line goes to stdout as ``prepare [<seconds>s] ...`` and, with ``--progress-file F``, is appended to
+F as it is printed (train.yml runs this with ``async`` and its ``prepare_data_watch`` action relays F's lines while
+the preparation runs). The long steps (reading, training the tokenizer, tokenizing, grouping) say how far they
+are: their first batch, then at most every PROGRESS_EVERY_S seconds, and their end (``tokenizing: 3000 of 12000
+documents (25%)``).
+
 Nothing is downloaded (HF_HUB_OFFLINE defaults to 1) unless dataset_path is a ``hub:`` name; that one needs network
 on the head, with HF_HUB_OFFLINE and HF_DATASETS_OFFLINE unset.
 Exit status: 0 done / up to date / verified; 1 verification failed; 2 bad input (one line ``error: ...; fix``).
@@ -57,16 +63,50 @@ from train.job import DATA_FORMAT_VERSION, JobError, load_job
 VOCAB_WARN_FRACTION = 0.9  # warn when a trained tokenizer reaches less than this share of the vocab_size asked
 MIN_STEPS_PER_EPOCH = 10  # warn when the blocks make fewer optimizer steps than this per pass over the data
 MAP_BATCH = 1000  # documents per datasets.map batch (and per group_texts window, as in run_mlm.py)
+PROGRESS_EVERY_S = 5.0  # a long step's progress line at most this often (besides its first and last)
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 GPT2_SPECIALS = ["<|endoftext|>", "<pad>"]
 
 _T0 = time.monotonic()
+_PROGRESS_FILE: str | None = None  # --progress-file: every line is appended there too
 
 
 def say(msg: str) -> None:
-    """Print ``prepare [<seconds since start>s] <msg>`` on stdout, flushed."""
-    print(f"prepare [{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
+    """Print ``prepare [<seconds since start>s] <msg>`` on stdout, flushed (and append it to --progress-file)."""
+    line = f"prepare [{time.monotonic() - _T0:6.1f}s] {msg}"
+    print(line, flush=True)
+    if _PROGRESS_FILE:
+        with open(_PROGRESS_FILE, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class Progress:
+    """How far one long step is, said as ``<what>: <done> of <total> <unit> (<pct>%)`` (``<done> <unit> so far``
+    without a total): at the first :meth:`add`, then at most every PROGRESS_EVERY_S seconds, and at :meth:`end`."""
+
+    def __init__(self, what: str, total: int | None = None, unit: str = "documents"):
+        self.what, self.total, self.unit = what, total, unit
+        self.done, self._said, self._last = 0, None, None
+
+    def _say(self) -> None:
+        if self.total:
+            done = min(self.done, self.total)
+            say(f"{self.what}: {done} of {self.total} {self.unit} ({100 * done // self.total}%)")
+        else:
+            say(f"{self.what}: {self.done} {self.unit} so far")
+        self._said, self._last = self.done, time.monotonic()
+
+    def add(self, n: int) -> None:
+        """Count ``n`` more done; say so when it is the first batch or PROGRESS_EVERY_S have passed."""
+        self.done += n
+        if self._last is None or time.monotonic() - self._last >= PROGRESS_EVERY_S:
+            self._say()
+
+    def end(self) -> None:
+        """Say the final count (unless it was the last one said)."""
+        if self._said != self.done:
+            self._say()
 
 
 # ------------------------------------------------------------------------------------------------------------ job
@@ -303,6 +343,8 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
         raise DataError(f"the corpus ({source.description}) holds no text; add text or point dataset_path elsewhere")
     say(f"reading {source.description}")
     gen_kwargs = {"source": source}
+    reading = Progress(f"reading {source.description}")
+    _READING[:] = [reading]
     try:
         raw = datasets.Dataset.from_generator(
             _doc_rows, gen_kwargs=gen_kwargs, cache_dir=str(work / "raw"), fingerprint=fingerprint[:32],
@@ -313,6 +355,8 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
         if err is not None:
             raise err from None
         raise
+    reading.end()
+    _READING[:] = []
     n_docs = len(raw)
     n_chars = sum(len(t) for b in raw.iter(batch_size=MAP_BATCH) for t in b["text"])
     say(f"read {n_docs} documents, {n_chars} characters")
@@ -325,8 +369,15 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
         trained = False
     else:
         say(f"training a {t['kind']} tokenizer (vocab_size {t['vocab_size']}, lowercase {t['lowercase']})")
-        texts = (text for b in raw.iter(batch_size=MAP_BATCH) for text in b["text"])
-        tokenizer = _train_tokenizer(settings, texts)
+        training = Progress("training the tokenizer on", n_docs)
+
+        def texts():
+            for b in raw.iter(batch_size=MAP_BATCH):
+                training.add(len(b["text"]))
+                yield from b["text"]
+
+        tokenizer = _train_tokenizer(settings, texts())
+        training.end()
         trained = True
     tokenizer.model_max_length = settings["max_seq_length"]
     tokenizer.save_pretrained(stage / "tokenizer")
@@ -339,7 +390,11 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
     eos = tokenizer.eos_token_id if _appends_eos(tokenizer) else None
     seq = settings["max_seq_length"]
 
+    tokenizing = Progress("tokenizing", n_docs)
+    grouping = Progress(f"grouping into blocks of {seq}", n_docs)
+
     def tokenize(batch):
+        tokenizing.add(len(batch["text"]))
         enc = tokenizer(batch["text"], return_special_tokens_mask=mlm, return_attention_mask=True, verbose=False)
         out = {k: enc[k] for k in ("input_ids", "attention_mask") + (("special_tokens_mask",) if mlm else ())}
         if eos is not None:
@@ -349,6 +404,7 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
         return out
 
     def group_texts(examples):
+        grouping.add(len(examples["input_ids"]))
         concatenated = {k: [t for seq_ in examples[k] for t in seq_] for k in examples}
         total = len(concatenated["input_ids"]) // seq * seq
         return {k: [v[i : i + seq] for i in range(0, total, seq)] for k, v in concatenated.items()}
@@ -356,10 +412,12 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
     say(f"tokenizing {len(raw)} documents")
     tokenized = raw.map(tokenize, batched=True, batch_size=MAP_BATCH, remove_columns=["text"],
                         cache_file_name=str(work / "tokenized.arrow"), desc="tokenize")
+    tokenizing.end()
     corpus_tokens = sum(len(ids) for b in tokenized.iter(batch_size=MAP_BATCH) for ids in b["input_ids"])
     say(f"grouping {corpus_tokens} tokens into blocks of {seq}")
     grouped = tokenized.map(group_texts, batched=True, batch_size=MAP_BATCH,
                             cache_file_name=str(work / "grouped.arrow"), desc=f"group into blocks of {seq}")
+    grouping.end()
     if len(grouped) == 0:
         raise DataError(
             f"the corpus gives {corpus_tokens} tokens, not one block of max_seq_length {seq}; "
@@ -380,8 +438,13 @@ def build(settings: dict, source: corpus.Source, fingerprint: str, stage: Path) 
     }
 
 
+_READING: list[Progress] = []  # the reading step's Progress, for _doc_rows (datasets passes only picklable kwargs)
+
+
 def _doc_rows(source):
     for text in corpus.documents(source):
+        if _READING:
+            _READING[0].add(1)
         yield {"text": text}
 
 
@@ -493,7 +556,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verify", metavar="ARTIFACT", help="only check ARTIFACT against its MANIFEST (exit 0 or 1)")
     p.add_argument("--world-size", type=int, default=1, metavar="N",
                    help="ranks the job runs on (default 1): sizes the global batch in the corpus-size warning")
+    p.add_argument("--progress-file", metavar="F",
+                   help="also append every progress line to F as it is printed (train.yml follows it)")
     args = p.parse_args(argv)
+    global _PROGRESS_FILE
+    _PROGRESS_FILE = args.progress_file
+    if _PROGRESS_FILE:
+        Path(_PROGRESS_FILE).write_text("", encoding="utf-8")  # this run's lines only
     if args.world_size < 1:
         p.error(f"--world-size must be at least 1, got {args.world_size}")
     if args.verify:

@@ -365,3 +365,23 @@ def test_reads_the_job_train_job_writes(tmp_path):
     assert meta["block_length"] == 64 and meta["task"] == "mlm"
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "art" / "tokenizer"))
     assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token) == ("<s>", "</s>", "<mask>", "<pad>")
+
+
+def test_progress_lines_say_how_far_each_long_step_is_and_reach_the_progress_file(tmp_path):
+    """--progress-file gets every line as it is printed (train.yml's follower relays them), and the long steps
+    say how far they are: reading, training the tokenizer, tokenizing and grouping, each up to its total."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(_pydoc_paragraphs(2500)), encoding="utf-8")
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=600, max_seq_length=32)
+    progress = tmp_path / "prepare.log"
+    progress.write_text("an earlier attempt's line\n")
+    proc = run_prepare("--job", str(job), "--out", str(tmp_path / "art"), "--progress-file", str(progress))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = progress.read_text().splitlines()
+    assert lines == [ln for ln in proc.stdout.splitlines() if ln.startswith("prepare [")], (lines, proc.stdout)
+    text = "\n".join(lines)
+    for step in ("training the tokenizer on", "tokenizing", "grouping into blocks of 32"):
+        assert f"{step}: 1000 of 2500 documents (40%)" in text, text  # the first batch, at once
+        assert f"{step}: 2500 of 2500 documents (100%)" in text, text  # and the end
+    assert "documents so far" in text and "reading" in text
+    assert "FAILED" not in text
