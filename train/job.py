@@ -117,7 +117,7 @@ DERIVED_KEYS = ("model", "data_key")
 #: The job keys that apply to a user's script (script mode, recorded in its job.json): the run, the cluster and the
 #: DeepSpeed config's inputs (the script's TrainingArguments give the batch, optimizer and schedule values). The
 #: preset's model, tokenizer, data and logging keys do not apply: the script has its own.
-SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_optimizer",
+SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_optimizer", "optimizer", "autocast",
                "per_device_train_batch_size", "gradient_accumulation_steps", "train_batch_size", "learning_rate",
                "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "warmup_steps",
                "max_steps", "seed")

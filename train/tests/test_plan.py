@@ -210,8 +210,9 @@ def test_script_mode_records_only_the_job_keys_that_apply_to_the_script(tmp_path
     job = json.loads(p["files"]["job.json"])
     assert job == p["job"] and list(job) == [k for k in SCRIPT_KEYS if k in job]
     for preset_key in ("model", "model_size", "data_key", "max_seq_length", "save_steps", "logging_steps",
-                       "dataset_path", "vocab_size", "model_config"):
+                       "dataset_path", "vocab_size", "model_config", "torch_compile", "mlm_head", "attention"):
         assert preset_key not in job
+    assert job["optimizer"] == "deepspeed" and job["autocast"] is False  # they shape the ds_config: they apply
     assert job["max_steps"] == 30 and job["learning_rate"] == 1e-3 and job["run_name"] == p["run_name"]
     # a Trainer script that trains by epochs: the preset's max_steps does not apply either
     p = build(tmp_path, script=str(script), script_args_value=["--num_train_epochs", "2"])
