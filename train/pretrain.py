@@ -215,8 +215,10 @@ class PretrainTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.task = task
         self.batch_digests: list[str] = []
+        self.samples_seen = 0  # micro-batch rows this rank trained on (PerfCallback's throughput counts these)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        self.samples_seen += int(inputs["input_ids"].shape[0])
         if len(self.batch_digests) < RECORDED_BATCHES:
             self.batch_digests.append(batch_digest(inputs, self.task == "mlm"))
         return super().training_step(model, inputs, num_items_in_batch)
@@ -232,13 +234,17 @@ class PerfCallback(transformers.TrainerCallback):
     its table of the 30 ops with the most CUDA time (a step's time per op; no effect otherwise).
     """
 
-    def __init__(self, output_dir, global_batch: int, block_length: int):
+    def __init__(self, output_dir, global_batch: int, block_length: int, samples_seen=None, world_size: int = 1):
+        self.samples_seen, self.world_size = samples_seen, world_size
         self.out = Path(output_dir)
         self.global_batch, self.block_length = global_batch, block_length
         self.times: dict = {}
         self.profile = None
         spec = os.environ.get("DSC_PROFILE_STEPS", "")
         self.profile_steps = tuple(int(x) for x in spec.split(":")) if ":" in spec else None
+
+    def _seen(self):
+        return self.samples_seen() * self.world_size if self.samples_seen else None
 
     @staticmethod
     def _now() -> float:
@@ -262,9 +268,9 @@ class PerfCallback(transformers.TrainerCallback):
         if step == 1:
             self.times["first_step_end"] = self._now()
         if step == self.window_start:
-            self.times["window_start"] = (step, self._now())
+            self.times["window_start"] = (step, self._now(), self._seen())
         if step == state.max_steps:
-            self.times["window_end"] = (step, self._now())
+            self.times["window_end"] = (step, self._now(), self._seen())
         if self.profile is not None and self.profile_steps and step == self.profile_steps[1]:
             self.profile.__exit__(None, None, None)
             key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
@@ -284,9 +290,13 @@ class PerfCallback(transformers.TrainerCallback):
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": args.gradient_accumulation_steps}
         if "window_start" in self.times and "window_end" in self.times:
-            (s0, t0), (s1, t1) = self.times["window_start"], self.times["window_end"]
+            (s0, t0, n0), (s1, t1, n1) = self.times["window_start"], self.times["window_end"]
             if s1 > s0 and t1 > t0:
-                sps = self.global_batch * (s1 - s0) / (t1 - t0)
+                # samples really trained (rank 0's rows x world size): a data set that ends an epoch inside an
+                # accumulation cycle makes shorter optimizer steps than the nominal global batch
+                samples = n1 - n0 if n0 is not None and n1 is not None else self.global_batch * (s1 - s0)
+                sps = samples / (t1 - t0)
+                perf["steady_samples"] = samples
                 perf.update({"steady_steps": [s0, s1], "steady_seconds": round(t1 - t0, 4),
                              "steady_samples_per_second": round(sps, 2),
                              "steady_tokens_per_second": round(sps * self.block_length, 1)})
@@ -444,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                "source_fingerprint": meta.get("source", {}).get("fingerprint")},
         rank_extra=lambda: {"first_batches_sha256": list(trainer.batch_digests)},
     )
-    trainer.add_callback(PerfCallback(training_args.output_dir, global_batch, block_length))
+    trainer.add_callback(PerfCallback(training_args.output_dir, global_batch, block_length,
+                                      samples_seen=lambda: trainer.samples_seen, world_size=world))
     trainer.train()  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
     out = Path(training_args.output_dir)
     trainer.save_model(str(out / "model"))  # every rank (ZeRO-3 gathers); rank 0 writes model + tokenizer
