@@ -50,7 +50,8 @@ class AsyncFollowAction(ActionBase):
             jid: the job's ansible_job_id; log_file: a file the job appends lines to, on the target.
             on_line: called with each new line (no newline), as soon as a poll sees it; the lines written just
                 before the job ended are read once more after it.
-            poll: seconds between polls; timeout_s: give up after this long (None: never).
+            poll: seconds between polls (the first ones are shorter: 0.5, 1, 2, ... up to poll).
+            timeout_s: give up after this long (None: never).
             on_idle: called with the seconds elapsed after ``idle_s`` seconds without a new line (a "still
                 running" line), then again every ``idle_s``.
             on_poll: called (no arguments) after each poll's lines were handed over: to print a summary of them.
@@ -60,7 +61,7 @@ class AsyncFollowAction(ActionBase):
             up; or ``{"failed": True, "msg": ...}`` when its status can't be read or it ran past ``timeout_s``.
         """
         started = last_news = time.monotonic()
-        offset, pending = 0, ""
+        offset, pending, polls = 0, "", 0
         while True:
             status = self._async_status(jid, "status", task_vars)
             chunk = self._read_from(log_file, offset)
@@ -81,7 +82,9 @@ class AsyncFollowAction(ActionBase):
             if on_idle is not None and now - last_news >= idle_s:
                 on_idle(now - started)
                 last_news = now
-            time.sleep(poll)
+            # a short job is seen to end within a second or two; a long one is looked at every `poll` seconds
+            time.sleep(min(poll, 0.5 * 2 ** polls))
+            polls += 1
         if pending.strip():
             on_line(pending.rstrip())
         self._async_status(jid, "cleanup", task_vars)

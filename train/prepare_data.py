@@ -83,11 +83,13 @@ def say(msg: str) -> None:
 
 class Progress:
     """How far one long step is, said as ``<what>: <done> of <total> <unit> (<pct>%)`` (``<done> <unit> so far``
-    without a total): at the first :meth:`add`, then at most every PROGRESS_EVERY_S seconds, and at :meth:`end`."""
+    without a total): at the first :meth:`add` (when there is a total), then at most every PROGRESS_EVERY_S
+    seconds, and at :meth:`end`."""
 
     def __init__(self, what: str, total: int | None = None, unit: str = "documents"):
         self.what, self.total, self.unit = what, total, unit
-        self.done, self._said, self._last = 0, None, None
+        self.done, self._said = 0, None
+        self._last = None if total else time.monotonic()  # no total: the first line after PROGRESS_EVERY_S
 
     def _say(self) -> None:
         if self.total:

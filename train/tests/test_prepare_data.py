@@ -383,5 +383,5 @@ def test_progress_lines_say_how_far_each_long_step_is_and_reach_the_progress_fil
     for step in ("training the tokenizer on", "tokenizing", "grouping into blocks of 32"):
         assert f"{step}: 1000 of 2500 documents (40%)" in text, text  # the first batch, at once
         assert f"{step}: 2500 of 2500 documents (100%)" in text, text  # and the end
-    assert "documents so far" in text and "reading" in text
+    assert "reading" in text and "read 2500 documents" in text
     assert "FAILED" not in text
