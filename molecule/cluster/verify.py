@@ -231,3 +231,44 @@ def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_sta
         assert ranks_running(node) == 0, node
     # the damaged copy lost its MANIFEST: the next run copies the data again
     assert podman_exec("worker-2", "test", "-e", f"{art}/MANIFEST", check=False).returncode == 1
+
+
+def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
+    """worker-1 gets new ssh host keys (as a reinstalled node, or another machine at its address, would): the
+    playbooks' rsync copies from the head (train_stage's stage_copy and a plain ansible.posix.synchronize, both with
+    verify_host) refuse it with a message naming the node and the fix; nothing is copied. The keys are restored
+    afterwards, so the head reaches worker-1 again."""
+    nodes, _ = inventory()
+    head, node = nodes[0], "worker-1"
+    saved = "/root/dsc-saved-host-keys"
+    book = tmp_path / "copy.yml"
+    copy = {"src": "/opt/deepspeed-cluster/code/train/", "dest": "/tmp/dsc-hostkey-test/", "verify_host": True}
+    book.write_text(yaml.safe_dump([{"hosts": node, "gather_facts": False, "tasks": [
+        {"name": "Copy with stage_copy", "stage_copy": {**copy, "log_file": "/tmp/dsc-hostkey-copy.log"},
+         "delegate_to": head, "register": "a", "ignore_errors": True},
+        {"name": "Copy with synchronize", "ansible.posix.synchronize": copy, "delegate_to": head, "register": "b",
+         "ignore_errors": True},
+        {"name": "Show", "ansible.builtin.debug": {
+            "msg": "A={{ a.failed | default(false) }} {{ a.msg | default('') }} B={{ b.failed | default(false) }} "
+                   "{{ b.msg | default('') }}"}}]}]))
+    podman_exec(node, "sh", "-c", f"rm -rf {saved} /tmp/dsc-hostkey-test && mkdir {saved} && "
+                f"cp -a /etc/ssh/ssh_host_* {saved}/ && rm /etc/ssh/ssh_host_* && ssh-keygen -A >/dev/null && kill -HUP 1")
+    try:
+        time.sleep(1)
+        env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+                   ANSIBLE_ACTION_PLUGINS=str(REPO / "roles" / "train_stage" / "action_plugins"))
+        r = subprocess.run(["ansible-playbook", "-i", str(INVENTORY), str(book)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
+        text = " ".join(r.stdout.split())
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert "A=True host worker-1: the copy from head-1 was refused: worker-1's ssh host key is not the one in " \
+               "head-1's known_hosts (changed)" in text, r.stdout[-3000:]
+        assert "playbooks/ssh_mesh.yml" in text
+        assert re.search(r"B=True .*Host key verification failed", text), r.stdout[-3000:]
+        assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/job.py", check=False).returncode != 0
+    finally:
+        podman_exec(node, "sh", "-c", f"rm -f /etc/ssh/ssh_host_* && cp -a {saved}/. /etc/ssh/ && kill -HUP 1")
+        time.sleep(1)
+    r = podman_exec(head, "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", node, "hostname",
+                    check=False)
+    assert r.returncode == 0 and r.stdout.strip() == node, r.stderr
