@@ -110,6 +110,17 @@ def test_second_run_staged_nothing():
     assert "changed:" not in task
 
 
+def test_data_preparation_and_staging_showed_progress_and_no_failed():
+    """The first run prepared the data and staged it: the head's preparation lines (what it tokenizes, how far) and
+    each worker's copy (files, MB, elapsed) were relayed while they ran, and no line said FAILED."""
+    log = (STATE / "train-pdsh.log").read_text()
+    follow = log.split("TASK [train_stage : Follow the data preparation", 1)[1].split("TASK [", 1)[0]
+    assert re.search(r"head-1: prepare \[ *[\d.]+s\] tokenizing: \d+ of \d+ documents \(100%\)", follow), follow
+    for worker in inventory()[0][1:]:
+        assert re.search(rf"{worker}: copied \d+ files, [\d.]+ MB in \d+s", log), worker
+    assert "FAILED" not in log
+
+
 def test_site_again_changes_nothing():
     r = playbook("site.yml")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
