@@ -117,6 +117,9 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
         sys.stdout.flush()
         os.write(sys.stdout.fileno(),
                  f"[rank {info.rank}/{info.world_size}] host={info.host} local_rank={info.local_rank}\n".encode())
+    from train import rank_status  # the rank's status file under the run directory (names a rank that dies)
+
+    rank_status.record_start(info.rank, info.world_size, info.local_rank, info.host)
     _INFO = info
     return info
 

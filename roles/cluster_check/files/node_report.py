@@ -88,6 +88,40 @@ def gpus_and_nccl():
     return gpus, ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
 
 
+def running_runs(runs_dir, proc="/proc"):
+    """{run name: [pid, ...]} of the processes whose command line holds ``<runs_dir>/<run>/`` (a training run's
+    runner, launcher or ranks: train.yml puts the run directory in every one of them), this process excepted."""
+    runs = {}
+    marker = runs_dir.rstrip("/").encode() + b"/"
+    for pid in os.listdir(proc):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        at = cmdline.find(marker)
+        if at >= 0:
+            name = cmdline[at + len(marker):].split(b"/")[0].split(b"\0")[0].decode(errors="replace")
+            if name:
+                runs.setdefault(name, []).append(int(pid))
+    return runs
+
+
+def port_in_use(port):
+    """True when a TCP listener holds ``port`` on this node (binding it fails with EADDRINUSE)."""
+    import errno
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", int(port)))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
 def main():
     request = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     report = {
@@ -100,6 +134,10 @@ def main():
     }
     if request.get("accelerator") == "cuda":
         report["gpus"], report["nccl"] = gpus_and_nccl()
+    if request.get("runs_dir"):
+        report["runs"] = running_runs(request["runs_dir"])
+    if request.get("master_port"):
+        report["master_port_in_use"] = port_in_use(request["master_port"])
     print(json.dumps(report))
 
 

@@ -160,6 +160,25 @@ def job_needs(reports, hosts, job):
     return problems
 
 
+def busy(reports, hosts, head, run, master_port):
+    """A run of this project still running on a node, or the master port taken on the head: problems (list of str)."""
+    problems = []
+    for host in hosts:
+        for other, pids in sorted((reports[host].get("runs") or {}).items()):
+            if other == run:
+                what = "a run named %s is already running there" % other
+            else:
+                what = "run %s is still running there" % other
+            problems.append(
+                "host %s: %s (pid %s). One run at a time: wait for it to end, or stop it on every node with "
+                "ansible-playbook train.yml -e stop=%s" % (host, what, ", ".join(str(p) for p in pids[:5]), other))
+    if reports[head].get("master_port_in_use") and not problems:
+        problems.append(
+            "host %s (head): the master port %s is taken by another program (torch's rendezvous would fail with "
+            "EADDRINUSE). Free it, or give another one: -e train_master_port=<port>" % (head, master_port))
+    return problems
+
+
 def check_nodes(data):
     """The whole node preflight. Returns (text for stdout, problems)."""
     hosts, head = data["hosts"], data["head"]
@@ -169,6 +188,8 @@ def check_nodes(data):
     problems += disk_problems
     problems += launcher(reports, head, bool(data.get("multi_node")), data.get("launcher") or "pdsh")
     problems += job_needs(reports, hosts, data.get("job"))
+    if data.get("run_name"):
+        problems += busy(reports, hosts, head, data["run_name"], data.get("master_port"))
     text = table(["node"] + [title for title, _, _ in PARITY], rows)
     return "\n".join([text] + ["warning: " + w for w in warnings]), problems
 

@@ -14,13 +14,21 @@ Options:
   tail_lines: how many log lines to show on failure (default 40).
   echo_log: print every new log line until the first progress record appears (default false) -- for a user's
     script, which may write no progress.jsonl at all (not an HF Trainer script): its log is then streamed.
+  grace_seconds: after the log says a node's ranks ended with an error (pdsh's ``<host>: ssh exited with exit code
+    N``, or DeepSpeed's launcher's ``exits with return code = N``) while the job still runs, how long to wait for it
+    to end by itself before giving up on it (default 15). The other nodes' ranks would otherwise wait in their next
+    collective until torch's process-group timeout (30 min on gloo, 10 on NCCL).
 
 Returns ``rc`` (the launcher's exit status), ``records`` (how many progress records were seen), ``last`` (the last
-record) and ``log_tail``. Fails when the launcher exits non-zero.
+record) and ``log_tail``; after a node failed, also ``dead_host`` (the node named by the first failure line, or ""
+for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last log lines). Fails when
+the launcher exits non-zero, or ``grace_seconds`` after a node failed (the playbook then stops the run everywhere:
+roles/train_launch/tasks/stop.yml).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,7 +48,22 @@ _ARGSPEC = {
     "poll_seconds": {"type": "float", "default": 10.0},
     "tail_lines": {"type": "int", "default": 40},
     "echo_log": {"type": "bool", "default": False},
+    "grace_seconds": {"type": "float", "default": 15.0},
 }
+
+# A node's ranks ended with an error: pdsh's report of that node's ssh, or DeepSpeed's launcher (launch.py's
+# sigkill_handler) on that node, its line prefixed "<host>: " by pdsh.
+_PDSH_EXIT = re.compile(r"^pdsh@\S+: (?P<host>[^:\s]+): ssh exited with exit code (?P<rc>-?\d+)")
+_LAUNCH_EXIT = re.compile(r"^(?:(?P<host>[^:\s\[]+): )?.*\bexits with return code = (?P<rc>-?\d+)")
+
+
+def failed_node(line: str) -> tuple[str, int] | None:
+    """(host, exit code) when ``line`` says a node's ranks ended with an error, else None; host "" = unprefixed."""
+    for pattern in (_PDSH_EXIT, _LAUNCH_EXIT):
+        m = pattern.match(line.strip())
+        if m and int(m.group("rc")) != 0:
+            return m.group("host") or "", int(m.group("rc"))
+    return None
 
 
 class ActionModule(AsyncFollowAction):
@@ -59,6 +82,10 @@ class ActionModule(AsyncFollowAction):
         last: dict = {}
         started = time.monotonic()
         last_news = started
+        dead: tuple[str, int] | None = None
+        dead_line = ""
+        dead_at = 0.0
+        recent: list[str] = []
 
         while True:
             status = self._async_status(jid, "status", task_vars)
@@ -78,6 +105,14 @@ class ActionModule(AsyncFollowAction):
             for line in complete:
                 if (args["echo_log"] and not seen and not records) or ("[rank " in line and "host=" in line):
                     display.display(f"  {line.rstrip()}")
+                recent = (recent + [line.rstrip()])[-400:]
+                node = failed_node(line)
+                if node is not None and dead is None:
+                    dead, dead_line, dead_at = node, line.strip(), time.monotonic()
+                    if not finished:
+                        display.display(f"  {line.strip()}")
+                        display.display(f"  ranks on {node[0] or 'the head'} ended with exit code {node[1]} while the "
+                                        f"run goes on elsewhere: waiting {int(args['grace_seconds'])} s for it to stop")
 
             for record in records:
                 display.display(f"  {format_record(record)}")
@@ -88,6 +123,16 @@ class ActionModule(AsyncFollowAction):
             if finished:
                 break
             now = time.monotonic()
+            if dead is not None and now - dead_at >= args["grace_seconds"]:
+                host, code = dead
+                lines = [l for l in recent if host and l.startswith(f"{host}: ")] or recent
+                result.update(failed=True, rc=None, records=seen, last=last, dead_host=host, dead_line=dead_line,
+                              dead_lines=[l for l in lines if "[launch.py" not in l][-12:],
+                              log_tail=self._tail(log_file, args["tail_lines"]),
+                              msg=f"ranks on {host or 'the head'} ended with exit code {code} "
+                                  f"({format_duration(now - started)} after the launch) and the other ranks did not "
+                                  f"stop by themselves within {int(args['grace_seconds'])} s")
+                return result
             if now - last_news >= 60:
                 what = "the first logged step" if not seen else "the next logged step"
                 display.display(
@@ -99,7 +144,12 @@ class ActionModule(AsyncFollowAction):
         self._async_status(jid, "cleanup", task_vars)
         log_tail = self._tail(log_file, args["tail_lines"])
         rc = status.get("rc")
-        result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail)
+        dead_lines = []
+        if dead is not None:
+            mine = [l for l in recent if dead[0] and l.startswith(f"{dead[0]}: ")] or recent
+            dead_lines = [l for l in mine if "[launch.py" not in l][-12:]
+        result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail,
+                      dead_host=dead[0] if dead else "", dead_line=dead_line, dead_lines=dead_lines)
         if rc != 0:
             result["failed"] = True
             result["msg"] = (

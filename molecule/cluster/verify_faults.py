@@ -1,0 +1,151 @@
+"""Faults on the multi-node scenario (molecule/cluster/run.sh verify, after verify.py): real processes killed on
+real nodes while train.yml follows the run. Shares the cluster and the prepared data with verify.py; short runs.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import verify as cluster  # noqa: E402  (the scenario's helpers: inventory, podman_exec, the playbook command)
+
+RUNS = "/opt/deepspeed-cluster/runs"
+
+
+def processes_of(node, run):
+    """Command lines of the node's processes that belong to ``run`` (its run directory in their command line;
+    read from /proc: the image has no procps until the base role installs it)."""
+    code = ("import os, sys\nn = sys.argv[1].encode()\nfor p in os.listdir('/proc'):\n"
+            "    try:\n        c = open('/proc/%s/cmdline' % p, 'rb').read()\n    except OSError:\n        continue\n"
+            "    if p.isdigit() and n in c and b'python3 -c' not in c:\n"
+            "        print(c.replace(b'\\0', b' ').decode(errors='replace')[:200])")
+    out = cluster.podman_exec(node, "python3", "-c", code, f"{RUNS}/{run}/").stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def start_playbook(name, out_dir, *args):
+    """ansible-playbook train.yml ARGS in the background, its output in <out_dir>/<name>.playbook.log."""
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(cluster.REPO / "roles"))
+    log = out_dir / f"{name}.playbook.log"
+    proc = subprocess.Popen(["ansible-playbook", "-i", str(cluster.INVENTORY), "train.yml", *args], cwd=cluster.REPO,
+                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, text=True)
+    return proc, log
+
+
+def start_run(run, out_dir, *extra):
+    """A tiny bert run long enough to be interrupted (5000 steps), polled every 2 s."""
+    return start_playbook(run, out_dir, "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=5000", "-e",
+                          f"run_name={run}", "-e", f"train_output_dir={out_dir}", "-e", "train_poll_seconds=2", *extra)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_a_rank_killed_mid_run_stops_the_run_on_every_node_and_names_it(tmp_path):
+    """SIGKILL to one of worker-1's ranks after the first logged step: train.yml stops within 60 s, names worker-1
+    and that rank, no process of the run is left on any node, and what the run wrote is kept."""
+    nodes, slots = cluster.inventory()
+    node = "worker-1"
+    first = sum(slots[n] for n in nodes[: nodes.index(node)])
+    run = f"fault-kill-{int(time.time())}"
+    proc, log = start_run(run, tmp_path)
+    try:
+        wait_for(lambda: "step 1/" in log.read_text() or proc.poll() is not None, 300, "the first logged step")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        status = json.loads(cluster.podman_exec(node, "cat", f"{RUNS}/{run}/ranks/rank-{first}.json").stdout)
+        assert status["end"] is None and status["host"] == node, status
+        cluster.podman_exec(node, "kill", "-KILL", str(status["pid"]))
+        killed = time.monotonic()
+        proc.wait(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = " ".join(log.read_text().split())
+    assert proc.returncode != 0, text[-3000:]
+    assert took < 60, (took, text[-3000:])
+    assert f"Failed node: {node}, rank {first} (killed: no exit recorded, pid {status['pid']})" in text, text[-3000:]
+    assert "Every process of the run was stopped on head-1, worker-1, worker-2 (none is left)" in text
+    for n in nodes:
+        assert processes_of(n, run) == [], (n, processes_of(n, run))
+    kept = tmp_path / run
+    assert (kept / "train.log").stat().st_size > 0 and (kept / "job.json").is_file()
+
+
+def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_path):
+    """While run A trains, run B is refused before anything is staged or launched, naming A and how to stop it;
+    `train.yml -e stop=A` stops A on every node (no process of it left) and A's own playbook ends, its run kept."""
+    nodes, _ = cluster.inventory()
+    run_a, run_b = f"busy-a-{int(time.time())}", f"busy-b-{int(time.time())}"
+    proc, log = start_run(run_a, tmp_path)
+    try:
+        wait_for(lambda: "step 1/" in log.read_text() or proc.poll() is not None, 300, "run A's first logged step")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        t0 = time.monotonic()
+        b = cluster.playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=30", "-e",
+                             f"run_name={run_b}", "-e", f"train_output_dir={tmp_path}")
+        text = " ".join(b.stdout.split())
+        assert b.returncode != 0 and time.monotonic() - t0 < 60, text[-3000:]
+        for n in nodes:
+            assert f"host {n}: run {run_a} is still running there" in text, (n, text[-3000:])
+        assert f"ansible-playbook train.yml -e stop={run_a}" in text
+        assert "Launch deepspeed" not in b.stdout and "Stage the code" not in b.stdout
+        assert not (tmp_path / run_b).exists()
+
+        s = cluster.playbook("train.yml", "-e", f"stop={run_a}")
+        text = " ".join(s.stdout.split())
+        assert s.returncode == 0, text[-3000:]
+        assert f"run {run_a}: stopped on {', '.join(nodes)}; no process of it is left on {', '.join(nodes)}" in text
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    for n in nodes:
+        assert processes_of(n, run_a) == [], (n, processes_of(n, run_a))
+    assert (tmp_path / run_a / "train.log").stat().st_size > 0
+    unknown = cluster.playbook("train.yml", "-e", "stop=no-such-run")
+    assert unknown.returncode != 0
+    assert "there is no run no-such-run on head-1" in " ".join(unknown.stdout.split())
+
+
+def test_ranks_that_die_at_start_on_one_node_stop_the_run_within_a_minute(tmp_path):
+    """A user script whose ranks on worker-2 die at start (a file they need is missing there): the other ranks would
+    wait in the rendezvous for torch's 30-minute timeout; train.yml stops the run everywhere within 60 s and shows
+    worker-2's error."""
+    nodes, slots = cluster.inventory()
+    script = tmp_path / "dies_on_worker2.py"
+    script.write_text(
+        "import socket, time\n"
+        "import deepspeed\n"
+        "if socket.gethostname() == 'worker-2':\n"
+        "    open('/srv/dataset-only-on-the-others/part-0.txt')\n"
+        "deepspeed.init_distributed()\n"
+        "time.sleep(600)\n")
+    run = f"dies-{int(time.time())}"
+    proc, log = start_playbook(run, tmp_path, "-e", f"script={script}", "-e", f"run_name={run}", "-e",
+                               f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+    try:
+        wait_for(lambda: "Follow the training" in log.read_text() or proc.poll() is not None, 300, "the launch")
+        launched = time.monotonic()
+        proc.wait(timeout=300)
+        took = time.monotonic() - launched
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = " ".join(log.read_text().split())
+    assert proc.returncode != 0, text[-3000:]
+    assert took < 60, (took, text[-3000:])
+    assert "Failed node: worker-2, rank" in text, text[-3000:]
+    assert "FileNotFoundError" in text and "/srv/dataset-only-on-the-others/part-0.txt" in text, text[-3000:]
+    for n in nodes:
+        assert processes_of(n, run) == [], (n, processes_of(n, run))
