@@ -93,6 +93,12 @@ def torch_matrix_choose(lines, accelerator, cuda_version="", pin="", machine="x8
         out.update(ok=False, msg=msg, packages=[])
         return out
 
+    if accelerator == "cuda" and not (isinstance(cuda_version, str) and re.match(r"^[0-9]+\.[0-9]+$", cuda_version)):
+        return refuse('accelerator=cuda needs cuda_version as a quoted "major.minor" string in the inventory, e.g. '
+                      'cuda_version: "12.6" (unquoted 12.10 would read as 12.1); %s' % (
+                          "it is not set" if cuda_version in ("", None) else "got %s" % (
+                              '"%s"' % cuda_version if isinstance(cuda_version, str) else repr(cuda_version))))
+
     def take(name, line):
         info = line["variants"].get(variant) or {}
         out.update(line=name, torch=str(line["torch"]), python=str(line["python"]),

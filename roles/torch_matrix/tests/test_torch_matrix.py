@@ -55,6 +55,8 @@ CASES.update({
     "pin_line_other_variant": case(cuda_version="12.6", python_env_torch_version="2.7.1"),
     "pin_cuda11_line": case(cuda_version="11.8", python_env_torch_version="2.7.1"),
     "ubuntu2204": case(facts=UBUNTU2204, cuda_version="12.6"),
+    "unquoted": case(cuda_version=12.6),
+    "no_cuda_version": case(),
 })
 
 
@@ -188,3 +190,9 @@ def test_ubuntu_2204_builds_the_venv_from_python_311(plans):
     """Its python3 is 3.10; the pins need 3.11 (base installs python3.11 there)."""
     assert plan(plans, "ubuntu2204")["python"] == "/usr/bin/python3.11"
     assert plan(plans, "v126")["python"] == "/usr/bin/python3"
+
+
+def test_a_cuda_version_that_is_not_a_quoted_major_minor_is_refused_first(plans):
+    assert 'accelerator=cuda needs cuda_version as a quoted "major.minor" string' in error(plans, "unquoted")
+    assert "got 12.6" in error(plans, "unquoted")
+    assert "it is not set" in error(plans, "no_cuda_version")
