@@ -10,11 +10,15 @@ not the facts. Sources of the rules:
     for any capability >= P.
   * Driver minimum (NVIDIA CUDA Compatibility guide, "Minor Version Compatibility", table 1): an application built with
     CUDA major M runs on any driver at or above the minimum of M's family (torch wheels carry their own runtime).
+  * nvidia-smi's ``compute_cap`` query field exists from driver R510 on; older drivers answer ``Field "compute_cap"
+    is not a valid field to query`` (exit 2), so the preflight asks for it separately.
 """
 
 from __future__ import annotations
 
 import re
+
+from packaging.version import InvalidVersion, Version
 
 
 def _ver(text):
@@ -28,12 +32,21 @@ def _variant_of(accelerator, cuda_version):
 
 
 def _release_line(lines, release):
-    """Name of the line whose torch release is ``release`` (local label ignored), or None."""
-    base = str(release).split("+")[0]
+    """Name of the line whose torch release is ``release`` (compared as versions: "2.13" is 2.13.0; a local label
+    is ignored), or None."""
+    base = _public(release)
     for name, line in lines.items():
-        if str(line["torch"]) == base:
+        if base is not None and _public(line["torch"]) == base:
             return name
     return None
+
+
+def _public(release):
+    """packaging's Version of ``release`` without its local label, or None when it is not a version."""
+    try:
+        return Version(Version(str(release).strip()).public)
+    except InvalidVersion:
+        return None
 
 
 def _where(lines):
@@ -103,7 +116,14 @@ def torch_matrix_choose(lines, accelerator, cuda_version="", pin="", machine="x8
         info = line["variants"].get(variant) or {}
         out.update(line=name, torch=str(line["torch"]), python=str(line["python"]),
                    deepspeed=str(line["deepspeed"]), packages=list(line["packages"]))
-        archs = (info.get("archs") or {}).get(machine)
+        by_machine = info.get("archs") or {}
+        archs = by_machine.get(machine)
+        if variant != "cpu" and by_machine and archs is None:
+            others = ['"%s" (torch %s+%s)' % (_cuda_of(v), l["torch"], v) for _, l in _newest_first(lines)
+                      for v, i in l["variants"].items() if machine in ((i or {}).get("archs") or {})]
+            return refuse("torch %s+%s is not built for %s (PyTorch publishes it for %s only). Use cuda_version %s."
+                          % (line["torch"], variant, machine, ", ".join(sorted(by_machine)),
+                             " or ".join(others) if others else "none: no build of the matrix is for " + machine))
         out["archs"] = [str(a) for a in archs] if archs is not None else None
         out["ptx"] = str((info.get("ptx") or {}).get(machine) or "")
         if variant != "cpu" and archs is None:
@@ -111,18 +131,33 @@ def torch_matrix_choose(lines, accelerator, cuda_version="", pin="", machine="x8
                                    "skipped" % (line["torch"], variant, machine))
         return out
 
+    def outside(release, why):
+        """A pinned release the lines do not cover: installed with the newest line's pins, with a warning."""
+        out.update(line="", torch=str(_public(release) or release), python=str(newest["python"]),
+                   deepspeed=str(newest["deepspeed"]), packages=list(newest["packages"]), archs=None, ptx="")
+        out["warnings"].append(
+            "python_env_torch_version %s %s: torch %s+%s is installed with the pins of the torch %s line, which were "
+            "not checked against it, and the GPU architecture check is skipped" % (
+                pin, why, out["torch"], variant, newest["torch"]))
+        return out
+
     if pin:
+        if _public(pin) is None:
+            return refuse("python_env_torch_version %r is not a torch release (e.g. 2.13.0); leave it empty to let "
+                          "cuda_version choose (%s)" % (pin, _where(lines)))
+        label = str(pin).split("+", 1)[1] if "+" in str(pin) else ""
+        if label and label != variant:
+            return refuse("python_env_torch_version %s names the %s build, but %s means %s: drop the +%s (the "
+                          "build follows accelerator and cuda_version)" % (
+                              pin, label, ('cuda_version %s' % cuda_version) if accelerator == "cuda"
+                              else "accelerator cpu", variant, label))
         name = _release_line(lines, pin)
         if name is None:
-            out["warnings"].append(
-                "python_env_torch_version %s is outside the project's tested lines (%s): torch %s+%s is installed "
-                "with the pins of the torch %s line, which were not checked against it, and the GPU architecture "
-                "check is skipped" % (pin, _where(lines), pin.split("+")[0], variant, newest["torch"]))
-            take(newest_name, newest)
-            out.update(line="", torch=pin.split("+")[0], archs=None, ptx="")
-            return out
+            return outside(pin, "is outside the project's tested lines (%s)" % _where(lines))
         line = lines[name]
         if variant not in line["variants"]:
+            if _public(last_releases.get(variant, "")) == _public(pin):
+                return outside(pin, "with %s is a build the project does not test (%s)" % (variant, _where(lines)))
             return refuse("python_env_torch_version %s has no %s build in the project's matrix (%s). Set cuda_version "
                           "to one of %s, or remove the pin so that cuda_version chooses the line."
                           % (pin, variant, _where(lines),
@@ -134,8 +169,8 @@ def torch_matrix_choose(lines, accelerator, cuda_version="", pin="", machine="x8
             return take(name, line)
     hint = ""
     if variant in last_releases:
-        hint = ", or python_env_torch_version %s for %s (the last torch release built for it; outside the tested " \
-               "lines)" % (last_releases[variant], variant)
+        hint = ", or python_env_torch_version %s for %s (the newest torch release built for it; outside the " \
+               "tested lines)" % (last_releases[variant], variant)
     choices = []
     for _, line in _newest_first(lines):
         choices += ['"%s"' % _cuda_of(v) for v in line["variants"] if v != "cpu" and '"%s"' % _cuda_of(v) not in choices]
@@ -167,40 +202,68 @@ def torch_matrix_alternatives(lines, capability, machine="x86_64"):
     return found
 
 
-def torch_matrix_gpu_problems(choice, gpus, host, lines=None, machine="x86_64"):
-    """What keeps ``host``'s GPUs from running the chosen build: a list of messages, [] when they can.
+_NUMERIC = re.compile(r"^[0-9]+(\.[0-9]+)+$")
+
+
+def torch_matrix_gpu_problems(choice, gpus, host, lines=None, machine="x86_64", driver_minimums=None,
+                              driver_to_be_installed=False):
+    """What keeps ``host``'s GPUs from running the chosen build.
 
     Args:
       choice: a result of torch_matrix_choose.
-      gpus: nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader lines (list of str).
+      gpus: nvidia-smi lines, ``--query-gpu=index,name,driver_version,compute_cap --format=csv,noheader`` (4 fields),
+        or without ``compute_cap`` (3 fields: drivers before R510 cannot report it; the architecture check is then
+        skipped with a note).
       host: inventory_hostname, named in every message.
       lines: torch_matrix_lines, for the alternatives an architecture refusal names.
       machine: ansible_facts['architecture'].
+      driver_minimums: torch_matrix_driver_minimums, to name a cuda_version an old driver still runs.
+      driver_to_be_installed: the cuda role is about to install a driver (cuda_install_driver, before the install):
+        an old driver is a note, not a problem (checked again before torch is installed).
 
-    Each message names the host, the GPU, the variable and the fix.
+    Returns:
+      {"problems": [str], "notes": [str]}: each problem names the host, the GPU, the variable and the fix.
+      A value nvidia-smi reports as "[N/A]" is not judged (a note says so).
     """
-    problems = []
+    problems, notes = [], []
     build = "torch %s+%s" % (choice.get("torch"), choice.get("variant"))
     rows = []
     for raw in gpus or []:
         fields = [f.strip() for f in str(raw).split(",")]
-        if len(fields) >= 4 and fields[0] != "":
-            rows.append(fields[:4])
+        if len(fields) >= 3 and fields[0].isdigit():
+            rows.append((fields + [""])[:4])
     if not rows:
-        return ["%s: nvidia-smi listed no GPU (%s). Check the NVIDIA driver on %s (nvidia-smi must list the GPUs), "
-                "or set accelerator: cpu for it." % (host, "; ".join(str(g) for g in gpus or []) or "no output", host)]
-    driver = rows[0][3]
-    if choice.get("driver_min") and _ver(driver) < _ver(choice["driver_min"]):
-        problems.append(
-            "%s: NVIDIA driver %s is older than %s, the minimum for CUDA %s.x (NVIDIA's minor-version compatibility), "
-            "which %s needs (cuda_version \"%s\"). Upgrade the driver on %s (cuda_install_driver: true installs "
-            "NVIDIA's cuda-drivers package), or choose an older cuda_version that this driver runs."
-            % (host, driver, choice["driver_min"], str(choice.get("cuda", "")).split(".")[0], build,
-               choice.get("cuda"), host))
+        return {"problems": ["%s: nvidia-smi listed no GPU (%s). Check the NVIDIA driver on %s (nvidia-smi must list "
+                             "the GPUs), or set accelerator: cpu for it." % (
+                                 host, "; ".join(str(g) for g in gpus or []) or "no output", host)], "notes": []}
+    driver = rows[0][2]
+    minimum = choice.get("driver_min")
+    if minimum and not _NUMERIC.match(driver):
+        notes.append("%s: nvidia-smi reports the driver version as %r: not checked against %s" % (host, driver, minimum))
+    elif minimum and _ver(driver) < _ver(minimum):
+        runs = sorted(({str(m): v for m, v in (driver_minimums or {}).items() if _ver(driver) >= _ver(v)}),
+                      key=int, reverse=True)
+        served = ['"%s"' % _cuda_of(v) for _, l in _newest_first(lines or {}) for v in l["variants"]
+                  if v != "cpu" and _cuda_of(v).split(".")[0] in runs]
+        text = ("%s: NVIDIA driver %s is older than %s, the minimum for CUDA %s.x (NVIDIA's minor-version "
+                "compatibility), which %s needs (cuda_version \"%s\")." % (
+                    host, driver, minimum, str(choice.get("cuda", "")).split(".")[0], build, choice.get("cuda")))
+        if driver_to_be_installed:
+            notes.append(text + " The cuda role installs a newer driver (cuda_install_driver); it is loaded after "
+                                "a reboot, and checked again before torch is installed.")
+        else:
+            problems.append(text + " Upgrade the driver on %s (cuda_install_driver: true installs NVIDIA's "
+                                   "cuda-drivers package; reboot after), or set cuda_version %s, which this driver "
+                                   "runs." % (host, " or ".join(dict.fromkeys(served)) if served else
+                                              "(none of the matrix's: this driver is too old for all of them)"))
     archs = choice.get("archs")
     if archs is None:
-        return problems
-    for index, name, capability, _ in rows:
+        return {"problems": problems, "notes": notes}
+    for index, name, _, capability in rows:
+        if not capability or not _NUMERIC.match(capability):
+            notes.append("%s: GPU %s %s reports no compute capability (%s): its architecture is not checked "
+                         "against %s" % (host, index, name, capability or "driver before R510", build))
+            continue
         if not _runs(capability, archs, choice.get("ptx")):
             alternatives = torch_matrix_alternatives(lines or {}, capability, machine)
             problems.append(
@@ -210,7 +273,7 @@ def torch_matrix_gpu_problems(choice, gpus, host, lines=None, machine="x86_64"):
                                        (" + PTX " + choice["ptx"]) if choice.get("ptx") else "",
                                        " or ".join(alternatives) if alternatives else
                                        "accelerator: cpu (no torch build of the matrix runs this GPU)", host))
-    return problems
+    return {"problems": problems, "notes": notes}
 
 
 class FilterModule:
