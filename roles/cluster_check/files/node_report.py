@@ -110,11 +110,13 @@ def running_runs(runs_dir, proc="/proc"):
 
 
 def port_in_use(port):
-    """True when a TCP listener holds ``port`` on this node (binding it fails with EADDRINUSE)."""
+    """True when a TCP listener holds ``port`` on this node (binding it fails with EADDRINUSE). SO_REUSEADDR as
+    torch's TCPStore sets it: connections of an ended run in TIME_WAIT do not count, a listener does."""
     import errno
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("0.0.0.0", int(port)))
         except OSError as e:

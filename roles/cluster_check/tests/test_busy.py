@@ -1,0 +1,59 @@
+"""The preflight's "one run at a time" facts, with real sockets and processes: node_report.py's running_runs and
+port_in_use, and preflight.py's refusal text."""
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FILES = Path(__file__).resolve().parents[1] / "files"
+sys.path.insert(0, str(FILES))
+
+import node_report  # noqa: E402
+import preflight  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_listener_holds_the_port_and_an_ended_connection_does_not():
+    port = free_port()
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", port))
+    srv.listen()
+    assert node_report.port_in_use(port) is True
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    conn.close()
+    client.close()
+    srv.close()
+    time.sleep(0.2)
+    assert node_report.port_in_use(port) is False  # TIME_WAIT, as after the last run: torch binds it again
+
+
+def test_running_runs_finds_a_process_by_its_run_directory(tmp_path):
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--output_dir={runs}/r1/output"])
+    try:
+        time.sleep(0.3)
+        found = node_report.running_runs(str(runs))
+        assert found == {"r1": [proc.pid]}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert node_report.running_runs(str(runs)) == {}
+
+
+def test_the_refusal_names_the_run_and_the_command_that_stops_it():
+    reports = {"head-1": {"runs": {"old": [11, 12]}, "master_port_in_use": True}, "worker-1": {"runs": {}}}
+    problems = preflight.busy(reports, ["head-1", "worker-1"], "head-1", "new", 29500)
+    assert problems == ["host head-1: run old is still running there (pid 11, 12). One run at a time: wait for it to "
+                        "end, or stop it on every node with ansible-playbook train.yml -e stop=old"]
+    reports["head-1"]["runs"] = {}
+    assert "the master port 29500 is taken" in preflight.busy(reports, ["head-1", "worker-1"], "head-1", "new",
+                                                             29500)[0]
