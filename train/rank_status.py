@@ -135,12 +135,14 @@ def dead_ranks(statuses: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m train.rank_status RANKS_DIR FIRST COUNT``: print read_node's records as JSON (one line)."""
+    """``python -m train.rank_status RUNS_DIR RUN FIRST COUNT``: print read_node's records for
+    ``RUNS_DIR/RUN/ranks`` as JSON (one line). The run's directory is given in two words so that this command's own
+    command line does not hold ``<runs>/<run>/``, the pattern that stops a run's processes (stop.yml)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 3:
-        print("usage: python -m train.rank_status RANKS_DIR FIRST_RANK COUNT", file=sys.stderr)
+    if len(args) != 4:
+        print("usage: python -m train.rank_status RUNS_DIR RUN FIRST_RANK COUNT", file=sys.stderr)
         return 2
-    print(json.dumps(read_node(args[0], int(args[1]), int(args[2]))))
+    print(json.dumps(read_node(Path(args[0]) / args[1] / "ranks", int(args[2]), int(args[3]))))
     return 0
 
 

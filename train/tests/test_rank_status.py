@@ -93,3 +93,14 @@ def test_without_a_run_directory_nothing_is_written(tmp_path, monkeypatch):
 
     monkeypatch.delenv("DSC_JOB_FILE", raising=False)
     assert rank_status.record_start(0, 1, 0, "h") is None
+
+
+def test_the_command_line_reads_a_nodes_ranks_without_naming_the_run_directory(tmp_path):
+    """stop.yml runs it while it stops every process whose command line holds <runs>/<run>/: it must not be one."""
+    (tmp_path / "r1" / "ranks").mkdir(parents=True)
+    (tmp_path / "r1" / "ranks" / "rank-2.json").write_text(json.dumps({"rank": 2, "pid": 2 ** 22 + 9, "end": None}))
+    out = subprocess.run([sys.executable, "-m", "train.rank_status", str(tmp_path), "r1", "2", "2"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    got = json.loads(out)
+    assert [r["rank"] for r in got] == [2, 3] and got[0]["alive"] is False and got[1]["end"] == "never started"
+    assert f"{tmp_path}/r1/" not in " ".join([str(tmp_path), "r1", "2", "2"])
