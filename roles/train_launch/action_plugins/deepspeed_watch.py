@@ -57,6 +57,13 @@ _PDSH_EXIT = re.compile(r"^pdsh@\S+: (?P<host>[^:\s]+): ssh exited with exit cod
 _LAUNCH_EXIT = re.compile(r"^(?:(?P<host>[^:\s\[]+): )?.*\bexits with return code = (?P<rc>-?\d+)")
 
 
+def node_lines(recent: list[str], host: str) -> list[str]:
+    """The last 12 lines of ``recent`` from ``host`` (pdsh's "<host>: " prefix; all lines for "" or none found),
+    DeepSpeed launcher's own lines left out."""
+    mine = [l for l in recent if host and l.startswith(f"{host}: ")] or recent
+    return [l for l in mine if "[launch.py" not in l][-12:]
+
+
 def failed_node(line: str) -> tuple[str, int] | None:
     """(host, exit code) when ``line`` says a node's ranks ended with an error, else None; host "" = unprefixed."""
     for pattern in (_PDSH_EXIT, _LAUNCH_EXIT):
@@ -125,9 +132,8 @@ class ActionModule(AsyncFollowAction):
             now = time.monotonic()
             if dead is not None and now - dead_at >= args["grace_seconds"]:
                 host, code = dead
-                lines = [l for l in recent if host and l.startswith(f"{host}: ")] or recent
                 result.update(failed=True, rc=None, records=seen, last=last, dead_host=host, dead_line=dead_line,
-                              dead_lines=[l for l in lines if "[launch.py" not in l][-12:],
+                              dead_lines=node_lines(recent, host),
                               log_tail=self._tail(log_file, args["tail_lines"]),
                               msg=f"ranks on {host or 'the head'} ended with exit code {code} "
                                   f"({format_duration(now - started)} after the launch) and the other ranks did not "
@@ -144,10 +150,7 @@ class ActionModule(AsyncFollowAction):
         self._async_status(jid, "cleanup", task_vars)
         log_tail = self._tail(log_file, args["tail_lines"])
         rc = status.get("rc")
-        dead_lines = []
-        if dead is not None:
-            mine = [l for l in recent if dead[0] and l.startswith(f"{dead[0]}: ")] or recent
-            dead_lines = [l for l in mine if "[launch.py" not in l][-12:]
+        dead_lines = node_lines(recent, dead[0]) if dead is not None else []
         result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail,
                       dead_host=dead[0] if dead else "", dead_line=dead_line, dead_lines=dead_lines)
         if rc != 0:
