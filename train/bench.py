@@ -1,7 +1,7 @@
 """The GPU benchmark's two helpers (`make bench`, molecule/gpu/bench.sh; standard library only).
 
     python -m train.bench pad-tokenizer SRC_DIR DST_DIR --size 30522
-    python -m train.bench report --runs RUNS.json --out docs/benchmarks [--commit C]
+    python -m train.bench report --runs RUNS.json --out docs/benchmarks [--commit C] [--stem NAME] [--note TEXT]...
 
 pad-tokenizer: a copy of a saved tokenizer whose vocabulary is padded to ``--size`` entries with tokens the text
 never produces (``[unused<i>]``), so the model has a full-size embedding and LM head (BERT-base's 30,522 /
@@ -138,6 +138,7 @@ def run_row(run: dict) -> dict:
         "steps": metrics.get("steps"), "first_loss": metrics.get("first_loss"), "last_loss": metrics.get("last_loss"),
         "gpu": perf.get("gpu"), "versions": metrics.get("versions"),
         "profile": profile.read_text(encoding="utf-8") if profile else None,
+        "profile_window": perf.get("profile"),
     }
 
 
@@ -175,7 +176,22 @@ def markdown(report: dict) -> str:
     lines += ["", f"Versions: {json.dumps(report['versions'])}", ""]
     if report.get("targets"):
         lines += ["Targets:", ""] + [f"- {t}" for t in report["targets"]] + [""]
+    profiled = [r for r in report["runs"] if r.get("profile_window")]
+    if profiled:
+        lines += ["GPU busy in the profiled steps (kernel time / wall time, torch.profiler):", ""]
+        for r in profiled:
+            w = r["profile_window"]
+            lines.append(f"- {r['label']}: steps {w['steps'][0]}..{w['steps'][1]}, {w['wall_s']} s wall, "
+                         f"{w['gpu_kernel_s']} s of kernels ({_busy(w)})")
+        lines.append("")
+    if report.get("notes"):
+        lines += ["Notes:", ""] + [f"- {n}" for n in report["notes"]] + [""]
     return "\n".join(lines)
+
+
+def _busy(window: dict) -> str:
+    wall, busy = window.get("wall_s"), window.get("gpu_kernel_s")
+    return f"{100 * busy / wall:.0f} % busy" if wall and busy is not None else "—"
 
 
 def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | None = None) -> dict:
@@ -226,15 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", required=True)
     rep.add_argument("--command", default="make bench")
     rep.add_argument("--commit", default="unknown")
+    rep.add_argument("--stem", default=None, help="file name without .json/.md (default gpu-<UTC date>)")
+    rep.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")
     opts = parser.parse_args(argv)
     if opts.command == "pad-tokenizer":
         print(f"{opts.dst}: {pad_tokenizer(opts.src, opts.dst, opts.size)} entries")
         return 0
     runs = json.loads(Path(opts.runs).read_text(encoding="utf-8"))
-    data = report(runs, command=opts.command, commit=opts.commit)
+    data = report(runs, command=opts.command, commit=opts.commit, notes=opts.note)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"gpu-{data['date']}"
+    stem = out / (opts.stem or f"gpu-{data['date']}")
     stem.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     stem.with_suffix(".md").write_text(markdown(data), encoding="utf-8")
     print(markdown(data))

@@ -180,7 +180,8 @@ def parse_arguments(argv: list[str] | None = None):
 
     HfArgumentParser over the three dataclasses, with the rank runtime's CPU fix applied between parsing and
     building TrainingArguments (whose __post_init__ sets up devices): runtime.bootstrap with the --deepspeed value
-    (a single process becomes rank 0 of 1), then runtime.init_cpu_deepspeed_distributed. Unknown arguments are an
+    (a single process becomes rank 0 of 1), --fit_micro_batch_to_memory, non-blocking batch copies on CUDA (pinned
+    batches, no --accelerator_config given), then runtime.init_cpu_deepspeed_distributed. Unknown arguments are an
     error (argparse exits 2), as with parse_args_into_dataclasses.
     """
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
@@ -188,6 +189,9 @@ def parse_arguments(argv: list[str] | None = None):
     values = vars(namespace)
     runtime.bootstrap(values.get("deepspeed"))
     _fit_to_gpu(values)
+    if torch.cuda.is_available() and values.get("accelerator_config") is None and values.get("dataloader_pin_memory"):
+        # batches go to the GPU from pinned memory without a sync each (a blocking copy waits for the GPU's queue)
+        values["accelerator_config"] = {"non_blocking": True}
     if runtime.init_cpu_deepspeed_distributed(values.get("deepspeed"), values.get("ddp_timeout") or 1800):
         values["accelerator_config"] = runtime.configured_state(values.get("accelerator_config"))
     out = []
@@ -261,6 +265,7 @@ class PerfCallback(transformers.TrainerCallback):
             acts = [torch.profiler.ProfilerActivity.CPU] + (
                 [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
             self.profile = torch.profiler.profile(activities=acts)
+            self.profile_t0 = self._now()
             self.profile.__enter__()
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -272,13 +277,24 @@ class PerfCallback(transformers.TrainerCallback):
         if step == state.max_steps:
             self.times["window_end"] = (step, self._now(), self._seen())
         if self.profile is not None and self.profile_steps and step == self.profile_steps[1]:
+            wall = self._now() - self.profile_t0
             self.profile.__exit__(None, None, None)
+            averages = self.profile.key_averages()
             key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
-            table = self.profile.key_averages().table(sort_by=key, row_limit=30)
+            table = averages.table(sort_by=key, row_limit=30)
+            cpu_table = averages.table(sort_by="self_cpu_time_total", row_limit=15)
+            # kernel time (one stream at world size 1) against the wall time: the share the GPU sat idle
+            cuda = torch.autograd.DeviceType.CUDA  # device events only, as the table's "Self CUDA time total"
+            busy = sum(e.self_device_time_total for e in averages
+                       if e.device_type == cuda and not getattr(e, "is_user_annotation", False)) / 1e6
             steps = self.profile_steps[1] - self.profile_steps[0] + 1
+            self.times["profile"] = {"steps": list(self.profile_steps), "wall_s": round(wall, 4),
+                                     "gpu_kernel_s": round(busy, 4)}
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "profile.txt").write_text(f"torch.profiler, steps {self.profile_steps[0]}..{self.profile_steps[1]} "
-                                                  f"({steps} optimizer steps)\n{table}\n", encoding="utf-8")
+            (self.out / "profile.txt").write_text(
+                f"torch.profiler, steps {self.profile_steps[0]}..{self.profile_steps[1]} ({steps} optimizer steps): "
+                f"{wall:.3f} s wall, {busy:.3f} s of GPU kernels ({100 * busy / wall:.0f} % busy)\n{table}\n"
+                f"by CPU time (self):\n{cpu_table}\n", encoding="utf-8")
             self.profile = None
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -288,7 +304,8 @@ class PerfCallback(transformers.TrainerCallback):
                 "first_step_end_unix_s": self.times.get("first_step_end"),
                 "global_batch": self.global_batch, "block_length": self.block_length,
                 "per_device_train_batch_size": args.per_device_train_batch_size,
-                "gradient_accumulation_steps": args.gradient_accumulation_steps}
+                "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                "profile": self.times.get("profile")}
         if "window_start" in self.times and "window_end" in self.times:
             (s0, t0, n0), (s1, t1, n1) = self.times["window_start"], self.times["window_end"]
             if s1 > s0 and t1 > t0:

@@ -5,12 +5,21 @@
 # prepare_data trains on the built-in corpus, padded to 30,522 / 50,257 entries), then trains through
 # `ansible-playbook -i inventory/h200 train.yml` three times -- bert with the blog's recipe, bert defaults, gpt2
 # defaults -- and writes OUTDIR/gpu-<date>.json + .md (python -m train.bench report).
-# DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already). The corpus: the built-in one
-# (pydoc topics) repeated 16 times, so that an epoch holds several global batches (once: 99 GPT-2 blocks < 1 micro batch).
+# DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already); DSC_BENCH_ONLY=provision stops after it.
+# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm gpt2"; also bert-m256): a device call of at most 10
+# minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
+# runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
+# OUT gets bench.log, logs.tar.gz (playbook and train logs) and the report (DSC_BENCH_STEM, default gpu-<date>).
+# bert-warm repeats bert defaults with torch.compile's caches (node_env's TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR
+# on node-local disk) filled by the run before: its first step loads the kernels instead of compiling them.
+# The corpus: the built-in one (pydoc topics) repeated 16 times, so that an epoch holds several global batches
+# (once: 99 GPT-2 blocks < 1 micro batch).
 set -u -o pipefail
 OUT=${1:-/tmp/gpu-bench}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/bench.log") 2>&1
+STATE=${DSC_BENCH_STATE:-/tmp/dsc-bench}
+RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm gpt2} "
+mkdir -p "$OUT" "$STATE/records" "$STATE/logs"
+exec > >(tee -a "$OUT/bench.log") 2>&1
 W=$PWD/.whl
 PY=/opt/torch/.venv/bin/python
 step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
@@ -33,9 +42,12 @@ if [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then
   ansible-playbook -i inventory/h200 playbooks/provision.yml --skip-tags base_install \
     -e "python_env_wheelhouse=$W" -e "deepspeed_sdist_path=$W/deepspeed-0.19.8.tar.gz" \
     -e '{"deepspeed_expected_ops": ["cpu_adam"], "deepspeed_build_ops_disabled": ["DS_BUILD_FUSED_ADAM", "DS_BUILD_EVOFORMER_ATTN", "DS_BUILD_CUTLASS_OPS", "DS_BUILD_RAGGED_DEVICE_OPS", "DS_BUILD_GDS", "DS_BUILD_TRANSFORMER_INFERENCE", "DS_BUILD_INFERENCE_CORE_OPS", "DS_BUILD_SPATIAL_INFERENCE", "DS_BUILD_FP_QUANTIZER", "DS_BUILD_QUANTIZER", "DS_BUILD_RANDOM_LTD", "DS_BUILD_STOCHASTIC_TRANSFORMER", "DS_BUILD_TRANSFORMER", "DS_BUILD_RAGGED_OPS", "DS_BUILD_DEEP_COMPILE", "DS_BUILD_FUSED_LAMB", "DS_BUILD_FUSED_LION", "DS_BUILD_CPU_LION", "DS_BUILD_CPU_ADAGRAD", "DS_BUILD_PIN_MEMORY", "DS_BUILD_UTILS"]}' \
-    > "$OUT/provision.log" 2>&1
-  rc=$?; tail -3 "$OUT/provision.log"; echo "provision: rc=$rc in $(( $(date +%s) - s )) s"
-  [ $rc -eq 0 ] || { tail -40 "$OUT/provision.log"; exit 1; }
+    > "$STATE/logs/provision.log" 2>&1
+  rc=$?; tail -3 "$STATE/logs/provision.log"; echo "provision: rc=$rc in $(( $(date +%s) - s )) s"
+  [ $rc -eq 0 ] || { tail -40 "$STATE/logs/provision.log"; exit 1; }
+fi
+if [ "${DSC_BENCH_ONLY:-}" = provision ]; then
+  step "done (DSC_BENCH_ONLY=provision)"; exit 0
 fi
 
 step "full-size tokenizers: prepare_data's (built-in corpus) padded to 30522 / 50257 entries"
@@ -44,43 +56,53 @@ CORPUS=/tmp/bench-corpus.txt
 $PY -c "from pydoc_data.topics import topics; open('$CORPUS', 'w').write(('\n\n'.join(topics.values()) + '\n\n') * 16)"
 for m in bert:30522 gpt2:50257; do
   name=${m%%:*}; size=${m##*:}
+  [ -f "$TOK/$name-$size/tokenizer.json" ] && { echo "$TOK/$name-$size: made by an earlier call"; continue; }
   $PY -m train.job resolve --model "$name" --overrides '{"accelerator": "cuda", "run_name": "tok"}' --out "$TOK-$name.json" >/dev/null &&
-  $PY -m train.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$OUT/tok-$name.log" 2>&1 &&
-  $PY -m train.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$OUT/tok-$name.log"; exit 1; }
+  $PY -m train.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$STATE/logs/tok-$name.log" 2>&1 &&
+  $PY -m train.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$STATE/logs/tok-$name.log"; exit 1; }
 done
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-RUNS=$OUT/runs.json; echo "[" > "$RUNS"; first=1
-bench_run() {  # label, run name, profile steps ("" for none), -e arguments...
-  local label=$1 run=$2 prof=$3; shift 3
+bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
+  local key=$1 label=$2 run=$3 prof=$4; shift 4
+  case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
   DSC_PROFILE_STEPS=$prof timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" \
-    > "$OUT/$run.playbook.log" 2>&1
+    > "$STATE/logs/$run.playbook.log" 2>&1
   local rc=$? e; e=$(date +%s.%N)
-  grep -E 'run .*world size|samples/s|error|FAILED|fatal' "$OUT/$run.playbook.log" | tail -8
+  grep -E 'run .*world size|samples/s|error|FAILED|fatal' "$STATE/logs/$run.playbook.log" | tail -8
   echo "$label: rc=$rc in $(python3 -c "print(round($e - $s, 1))") s"
-  [ $first -eq 1 ] || echo "," >> "$RUNS"; first=0
-  $PY - "$label" "$run" "$s" "$e" "$*" >> "$RUNS" <<'PYEOF'
+  $PY - "$label" "$run" "$s" "$e" "$*" > "$STATE/records/$(date +%s)-$key.json" <<'PYEOF'
 import json, sys
 label, run, s, e, args = sys.argv[1:]
 print(json.dumps({"label": label, "run_name": run, "command": f"ansible-playbook -i inventory/h200 train.yml {args}",
                   "playbook_start_unix_s": float(s), "playbook_end_unix_s": float(e),
                   "run_dirs": [f"outputs/{run}", f"/opt/deepspeed-cluster/runs/{run}"]}))
 PYEOF
-  cp "/opt/deepspeed-cluster/runs/$run/train.log" "$OUT/$run.train.log" 2>/dev/null
+  cp "/opt/deepspeed-cluster/runs/$run/train.log" "$STATE/logs/$run.train.log" 2>/dev/null
 }
 COMMON=(-e dataset_path=$CORPUS -e warmup_steps=5 -e logging_steps=10 -e save_steps=100000)
 BERT=(-e model=bert -e tokenizer_path=$TOK/bert-30522)
 # the blog's recipe: fp16 + ZeRO-2 with the optimizer offloaded to the CPU, micro 16, no compile, the full head
-bench_run "bert, the blog's recipe" "bench-bert-blog-$STAMP" "" "${BERT[@]}" -e max_steps=30 "${COMMON[@]}" \
+bench_run blog "bert, the blog's recipe" "bench-bert-blog-$STAMP" "" "${BERT[@]}" -e max_steps=30 "${COMMON[@]}" \
   -e precision=fp16 -e offload_optimizer=cpu -e per_device_train_batch_size=16 -e gradient_accumulation_steps=1 \
   -e train_batch_size=null -e torch_compile=false -e mlm_head=full
-bench_run "bert defaults" "bench-bert-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 "${COMMON[@]}"
-bench_run "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
-echo "]" >> "$RUNS"
+bench_run bert "bert defaults" "bench-bert-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 "${COMMON[@]}"
+bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-bert-warm-$STAMP" "" "${BERT[@]}" \
+  -e max_steps=40 "${COMMON[@]}"
+bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
+  -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
+bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
 
-step report
+step "report (every run recorded in $STATE so far)"
+RUNS=$STATE/runs.json
+$PY -c "import json, sys; print(json.dumps([json.load(open(f)) for f in sorted(sys.argv[1:])], indent=1))" \
+  "$STATE"/records/*.json > "$RUNS.tmp" && mv "$RUNS.tmp" "$RUNS"
 commit=${DSC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-$PY -m train.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit"
+notes=()
+[ -n "${DSC_BENCH_NOTE:-}" ] && notes=(--note "$DSC_BENCH_NOTE")
+$PY -m train.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit" \
+  ${DSC_BENCH_STEM:+--stem "$DSC_BENCH_STEM"} "${notes[@]}"
+tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs records runs.json
 step done

@@ -279,6 +279,7 @@ CONTRACT_FLAGS = {
     "--fp16", "--report_to", "--dataloader_num_workers", "--lr_scheduler_type", "--save_strategy",
     "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
     "--dataloader_drop_last", "--fit_micro_batch_to_memory", "--dataloader_persistent_workers",
+    "--logging_nan_inf_filter",
 }
 
 
@@ -299,6 +300,7 @@ def test_argv_for_bert_base_on_cuda():
     assert flags["--max_steps"] == "50000" and flags["--warmup_steps"] == "10000"
     assert flags["--mlm_probability"] == "0.15" and flags["--lr_scheduler_type"] == "linear"
     assert flags["--dataloader_num_workers"] == "4" and flags["--report_to"] == "none"
+    assert flags["--logging_nan_inf_filter"] == "false"  # no GPU sync per micro batch for the logged loss
     config = json.loads(flags["--config_overrides"])
     assert config["vocab_size"] == 30522 and config["hidden_size"] == 768
     assert "--model_name_or_path" not in flags
@@ -311,6 +313,7 @@ def test_argv_for_gpt2_tiny_on_cpu():
     assert "--bf16" not in flags and "--fp16" not in flags and "--mlm_probability" not in flags
     assert "--save_total_limit" not in flags and flags["--model_name_or_path"] == "/m"
     assert flags["--task"] == "clm" and json.loads(flags["--config_overrides"])["n_embd"] == 128
+    assert "--logging_nan_inf_filter" not in flags  # the Trainer's default on a CPU node
 
 
 def test_cli_argv(tmp_path):

@@ -155,3 +155,20 @@ def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
         load_artifact(DataArguments(dataset_dir=str(tmp_path / "nothing")), "mlm")
     with pytest.raises(UsageError, match="prepared for task clm"):
         load_artifact(DataArguments(dataset_dir=str(gpt2_artifact)), "mlm")
+
+
+def test_perf_json_steady_window_and_profile(bert_artifact, tmp_path):
+    """PerfCallback (make bench reads it): perf.json's steady window counts the samples really trained, and
+    DSC_PROFILE_STEPS=A:B writes profile.txt (by device and by CPU time) with the window's wall and kernel seconds."""
+    out = tmp_path / "output"
+    args = pretrain_args(bert_artifact, out, ds_config(tmp_path / "ds.json"), max_steps=8, micro=4, accum=2,
+                         logging_steps=4)
+    launch(1, args, tmp_path, env_extra={"DSC_PROFILE_STEPS": "3:4"})
+    perf = json.loads((out / "perf.json").read_text())
+    assert perf["steady_steps"] == [2, 8] and perf["steady_samples"] == 6 * 4 * 2, perf
+    assert perf["steady_samples_per_second"] > 0 and perf["first_step_end_unix_s"] > perf["train_begin_unix_s"]
+    profile = perf["profile"]
+    assert profile["steps"] == [3, 4] and profile["wall_s"] > 0 and profile["gpu_kernel_s"] == 0  # no GPU here
+    text = (out / "profile.txt").read_text()
+    assert text.startswith("torch.profiler, steps 3..4 (2 optimizer steps): ") and "by CPU time (self):" in text
+    assert "aten::" in text

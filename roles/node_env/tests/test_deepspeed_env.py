@@ -70,7 +70,8 @@ def test_case6_values_the_launcher_cannot_carry_are_refused_by_name(run_playbook
 
 def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_the_log(run_playbook, tmp_path):
     env = {"WANDB_API_KEY": SECRET, "WANDB_PROJECT": "bert mlm", "HF_HOME": "/shared/home/admin/hf",
-           "HF_DATASETS_CACHE": "/shared/home/admin/hf/datasets", "TORCH_EXTENSIONS_DIR": "/shared/home/admin/ext"}
+           "HF_DATASETS_CACHE": "/shared/home/admin/hf/datasets", "TORCH_EXTENSIONS_DIR": "/shared/home/admin/ext",
+           "TORCHINDUCTOR_CACHE_DIR": "/shared/home/admin/inductor"}
     proc, out = render(run_playbook, tmp_path, {}, env=env, verbosity=("-vvv", "--diff"))  # --diff: the file's text would show
     assert proc.returncode == 0, proc.stdout[-3000:]
     seen = as_ranks_see_it(out)
@@ -79,6 +80,9 @@ def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_t
     assert seen["HF_HOME"] == str(tmp_path / "ssd" / "hf")
     assert seen["HF_DATASETS_CACHE"] == str(tmp_path / "ssd" / "hf" / "datasets")
     assert seen["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "ssd" / "torch_extensions")
+    # torch.compile's caches too: a later run's first step loads the kernels an earlier one compiled
+    assert seen["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "ssd" / "torch_compile" / "inductor")
+    assert seen["TRITON_CACHE_DIR"] == str(tmp_path / "ssd" / "torch_compile" / "triton")
     assert SECRET not in proc.stdout and SECRET not in proc.stderr
     assert "passed to every rank from your shell: WANDB_API_KEY, WANDB_PROJECT" in proc.stdout
     assert oct(out.stat().st_mode & 0o777) == "0o600"
