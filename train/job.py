@@ -734,7 +734,10 @@ def argv(job, dataset_dir, output_dir, deepspeed):
     if job["precision"] in ("bf16", "fp16") and not job["autocast"]:
         args += [f"--{job['precision']}", "true"]  # with autocast DeepSpeed's torch_autocast block casts instead
     args += ["--report_to", "none", "--dataloader_num_workers", str(job["dataloader_num_workers"]),
-             "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true"]
+             "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true",
+             # output_dir is on each node's own disk: every node saves (and rotates) its part of each checkpoint,
+             # which train/checkpoints.py gathers on the head
+             "--save_on_each_node", "true"]
     args += ["--attn_implementation", job["attention"]]
     if job["task"] == "mlm":
         args += ["--mlm_head", job["mlm_head"]]

@@ -21,12 +21,15 @@ import os
 import re
 from pathlib import Path
 
-from . import dsconfig, job as jobmod, launch, script_args
+from . import checkpoints, dsconfig, job as jobmod, launch, script_args
 
 LAUNCHERS = ("pdsh", "ansible")
 PRESET_ENTRY = ["train/pretrain.py"]
 RUN_SCRIPT = "train/run_script.py"
 # Job keys a user script starts from (script mode): what the CPU and GPU paths ran before the presets' GPU defaults.
+# Job keys -e may change when a run is resumed (-e resume=): how long it goes on and how it logs and saves. Any other
+# key differing from the run's job.json is refused (another model, data or batch is another run).
+RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_limit", "dataloader_num_workers")
 SCRIPT_DEFAULTS = {"train_batch_size": None, "zero_stage": 2, "optimizer": "deepspeed", "autocast": False,
                    "torch_compile": False, "mlm_head": "full"}
 
@@ -121,9 +124,77 @@ def _json_text(obj) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
+def resume_source(output_root: str, resume: str) -> dict:
+    """The run ``-e resume=<resume>`` continues and its newest complete checkpoint, from the controller's results.
+
+    Args:
+        output_root: the controller's results directory (``outputs/`` or train_output_dir).
+        resume: a run name, or ``latest`` (the run whose newest complete checkpoint was checked last).
+
+    Returns:
+        {"run": name, "out_dir": path, "job": its job.json (dict), "checkpoint": controller path of the
+        checkpoint, "step": int, "world_size": int (from the checkpoint's marker, train.checkpoints.MARKER)}.
+
+    Raises:
+        PlanError: no such run, no job.json, or no complete checkpoint (the message says what was found instead).
+    """
+    root = Path(output_root)
+    where = f"-e resume={resume}"
+    if resume == "latest":
+        runs = []
+        for d in (root.iterdir() if root.is_dir() else []):
+            ckpt = checkpoints.latest_complete(d) if (d / "job.json").is_file() else None
+            if ckpt is not None:
+                runs.append(((ckpt / checkpoints.MARKER).stat().st_mtime, d))
+        if not runs:
+            raise PlanError(f"no run in {root} has a complete checkpoint", where,
+                            "give -e resume=<run_name> of a run that saved one (save_steps), or start a new run")
+        out_dir = max(runs)[1]
+    else:
+        out_dir = root / resume
+        if not (out_dir / "job.json").is_file():
+            raise PlanError(f"no run {resume} in {root} (no {out_dir}/job.json)", where,
+                            "give the run_name of a run launched before (ls outputs/), or -e resume=latest")
+    ckpt = checkpoints.latest_complete(out_dir)
+    if ckpt is None:
+        seen = [f"{d.name}: {'; '.join(checkpoints.verify(d)[:2])}" for d in checkpoints.checkpoints(out_dir)]
+        raise PlanError(f"run {out_dir.name} has no complete checkpoint in {out_dir}"
+                        + (f" ({' | '.join(seen)})" if seen else " (none was saved or brought back)"), where,
+                        "a run saves one every save_steps steps; start a new run, or resume another")
+    rec = checkpoints.marker(ckpt)
+    return {"run": out_dir.name, "out_dir": str(out_dir), "job": json.loads((out_dir / "job.json").read_text()),
+            "checkpoint": str(ckpt), "step": int(rec["step"]), "world_size": int(rec["world_size"])}
+
+
+def _resume_overrides(source: dict, overrides: dict, script: str | None) -> dict:
+    """The overrides of a resumed run: the run's own job, changed only where RESUME_MAY_CHANGE allows."""
+    old = source["job"]
+    where = f"-e resume={source['run']}"
+    if (script is None) != ("model" in old):
+        raise PlanError(f"run {source['run']} was {'a preset run' if 'model' in old else 'a script run'}", where,
+                        "resume it the way it was launched (with or without -e script=)")
+    keys = jobmod.override_keys()
+    out = {k: v for k, v in old.items() if k in keys}
+    for key, value in overrides.items():
+        if key == "model":
+            if script is None and value != old.get("model"):
+                raise PlanError(f"model {value} is not run {source['run']}'s model {old.get('model')}", where,
+                                f"drop -e model, or start a new run for {value}")
+            continue
+        if key in ("run_name", "accelerator") or key in RESUME_MAY_CHANGE:
+            out[key] = value
+        elif key in old and value != old[key]:
+            raise PlanError(f"{key} {value!r} differs from run {source['run']}'s {old[key]!r}", where,
+                            f"a resumed run keeps its job; -e may change only {', '.join(RESUME_MAY_CHANGE)}")
+    out["run_name"] = source["run"]
+    if script is None:
+        out["model"] = old["model"]
+    return out
+
+
 def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_root: str, templates_dir: str,
           launcher: str = "pdsh", master_port=29500, script: str | None = None, script_args_value=None,
-          script_data: str | None = None, now=None) -> dict:
+          script_data: str | None = None, resume: str | None = None, now=None) -> dict:
     """Plan one run. Writes nothing; reads the controller's file system (script, output_root) only.
 
     Args:
@@ -140,6 +211,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         script: a user's training script on the controller (script mode), or None for train/pretrain.py.
         script_args_value: the script's arguments (list, or one shell-quoted string).
         script_data: a file or directory on the head staged to every node as ``{data}``.
+        resume: ``-e resume=``: a run name or ``latest`` (resume_source); the run goes on from its newest complete
+            checkpoint in its own results directory, same job (RESUME_MAY_CHANGE aside) and world size.
         now: aware datetime for default run names (tests).
 
     Returns:
@@ -169,6 +242,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         raise PlanError(f"train_master_port is {master_port!r}", "-e train_master_port",
                         "give a free TCP port on the head (1-65535), default 29500")
     overrides = dict(overrides)
+    source = None
+    if resume not in (None, ""):
+        source = resume_source(output_root, str(resume))
+        overrides = _resume_overrides(source, overrides, script)
     overrides["accelerator"] = accelerator
     model = overrides.pop("model", None) or "bert"
     user_args = user_ds = from_script = None
@@ -217,7 +294,11 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         job = recorded
     run = job["run_name"]
     out_dir = str(Path(output_root) / run)
-    if os.path.lexists(out_dir):
+    if source is not None and int(shape["world_size"]) != source["world_size"]:
+        raise PlanError(f"run {run}'s checkpoint {Path(source['checkpoint']).name} holds {source['world_size']} ranks' "
+                        f"states, this cluster has world size {shape['world_size']}", f"-e resume={resume}",
+                        f"resume on the same nodes and slots ({source['world_size']} ranks), or start a new run")
+    if os.path.lexists(out_dir) and source is None:
         raise PlanError(f"{out_dir} already exists", f"run_name {run}",
                         "pick another -e run_name=... or move the old run away; results are never overwritten")
     dsc_root, local_ssd = node["dsc_root"], node["local_ssd_dir"]
@@ -240,6 +321,12 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         except script_args.ScriptArgsError as exc:
             raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
         output = script_args.output_dir_of(argv, default_output)
+    resumed = None
+    if source is not None:
+        name = Path(source["checkpoint"]).name
+        resumed = {"run": run, "step": source["step"], "checkpoint": source["checkpoint"],
+                   "node_checkpoint": f"{output}/{name}"}
+        argv = [*argv, "--resume_from_checkpoint", resumed["node_checkpoint"]]
 
     nodes = list(shape["nodes"])
     head = nodes[0]
@@ -253,6 +340,14 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
                                  node_rank=nodes.index(n) if launcher == "ansible" else None)
         for n in starters
     }
+    stage = (ds_config.get("zero_optimization") or {}).get("stage") if isinstance(ds_config, dict) else None
+    stage = stage if isinstance(stage, int) else None
+    if len(nodes) > 1:
+        # the head's launcher runs under train/checkpoints.py, which gathers every node's part of each checkpoint
+        # onto the head while the run goes on (output_dir is node-local)
+        commands[head] = [f"{node['venv_dir']}/bin/python", "-m", "train.checkpoints", "supervise", "--output", output,
+                          "--world-size", str(world), *(["--zero-stage", str(stage)] if stage is not None else []),
+                          "--hosts", ",".join(nodes[1:]), "--", *commands[head]]
     ranks = {n: int(shape["ranks"][n]) for n in nodes}
     plan = {
         "run_name": run,
@@ -281,6 +376,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         "script_data": script_data,
         "launch": commands,
         "logs": logs,
+        "zero_stage": stage,
+        "resume": resumed,
     }
     plan["files"]["launch.json"] = _json_text({
         "run_name": run, "mode": plan["mode"], "script": plan["script"], "entry": entry, "argv": argv,
@@ -315,6 +412,10 @@ def summary(plan: dict) -> list[str]:
         if plan["ds_config_source"] != "rendered":
             lines.append(f"DeepSpeed config: yours ({plan['ds_config_source']}), staged as "
                          f"{plan['paths']['run_dir']}/ds_config.json")
+    if plan["resume"]:
+        r = plan["resume"]
+        lines.append(f"resuming run {r['run']} from step {r['step']}: {r['checkpoint']} is staged to every node as "
+                     f"{r['node_checkpoint']}")
     lines.append(f"launch on {plan['head']}: {' '.join(plan['launch'][plan['head']])}")
     lines.append(f"results will come back to {plan['paths']['out_dir']}")
     return lines

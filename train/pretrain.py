@@ -473,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer.add_callback(PerfCallback(training_args.output_dir, global_batch, block_length,
                                       samples_seen=lambda: trainer.samples_seen, world_size=world))
-    trainer.train()  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
+    # -e resume=<run>: train.yml staged the run's newest complete checkpoint and passes it here
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
     out = Path(training_args.output_dir)
     trainer.save_model(str(out / "model"))  # every rank (ZeRO-3 gathers); rank 0 writes model + tokenizer
     if training_args.process_index == 0:

@@ -439,6 +439,12 @@ def attach(trainer, *, script: str | None = None, extra: dict | None = None, ran
 _HOOKED = "_dsc_runtime_hooks"
 
 
+def is_under(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` or inside it (both made absolute, symlinks not resolved)."""
+    path, directory = os.path.abspath(path), os.path.abspath(directory)
+    return os.path.commonpath([path, directory]) == directory
+
+
 def install_hooks(script: str) -> None:
     """Wrap ``TrainingArguments.__post_init__`` and ``Trainer.__init__`` for a user's script (idempotent).
 
@@ -456,6 +462,11 @@ def install_hooks(script: str) -> None:
         if init_cpu_deepspeed_distributed(self.deepspeed, self.ddp_timeout or 1800):
             self.accelerator_config = configured_state(self.accelerator_config)
         orig_post_init(self)
+        job_file = os.environ.get("DSC_JOB_FILE")
+        if job_file and self.output_dir and is_under(self.output_dir, os.path.dirname(job_file)):
+            # the output_dir train.yml gave is on each node's own disk: every node saves (and rotates) its part of
+            # each checkpoint, which train/checkpoints.py gathers on the head (a shared output_dir is left alone)
+            self.save_on_each_node = True
 
     orig_trainer_init = transformers.Trainer.__init__
 

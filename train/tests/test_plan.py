@@ -43,6 +43,11 @@ def test_preset_plan_has_job_config_paths_and_one_launch_command_for_pdsh(tmp_pa
     assert p["paths"]["out_dir"] == str(tmp_path / "outputs" / p["run_name"])
     assert list(p["launch"]) == ["head-1"] and p["logs"] == {"head-1": f"{run_dir}/train.log"}
     argv = p["launch"]["head-1"]
+    # on several nodes the head's launcher runs under train.checkpoints, which gathers the nodes' checkpoint parts
+    sup = argv[: argv.index("--") + 1]
+    assert sup == ["/opt/dsc/venv/bin/python", "-m", "train.checkpoints", "supervise", "--output", f"{run_dir}/output",
+                   "--world-size", "4", "--zero-stage", str(p["job"]["zero_stage"]), "--hosts", "worker-1", "--"]
+    argv = argv[len(sup):]
     assert argv[:7] == ["/opt/dsc/venv/bin/deepspeed", "--hostfile", f"{run_dir}/hostfile", "--master_addr",
                         "10.0.0.1", "--master_port", "29500"]
     assert "train/pretrain.py" in argv and "--no_ssh_check" not in argv and "--no_ssh" not in argv
@@ -257,3 +262,49 @@ def test_a_bad_user_deepspeed_file_is_one_line(tmp_path, monkeypatch, content, m
     with pytest.raises(JobError) as err:
         build(tmp_path, script=str(script), script_args_value=["--deepspeed", "nope.json"])
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def finished_run(tmp_path, world_size=4, step=10, **overrides):
+    """A run's results on the controller as train.yml leaves them: job.json and a complete, marked checkpoint."""
+    from train import checkpoints
+    from train.tests.test_checkpoints import write_checkpoint
+
+    first = build(tmp_path, overrides)
+    out = Path(first["paths"]["out_dir"])
+    out.mkdir(parents=True)
+    (out / "job.json").write_text(first["files"]["job.json"])
+    ckpt = write_checkpoint(out, step, range(world_size), world_size)
+    assert checkpoints.mark(ckpt, world_size) == []
+    return first, ckpt
+
+
+def test_resume_goes_on_with_the_same_job_from_the_newest_complete_checkpoint(tmp_path):
+    first, ckpt = finished_run(tmp_path, max_steps=40)
+    p = build(tmp_path, {"max_steps": 80}, resume=first["run_name"])
+    assert p["run_name"] == first["run_name"] and p["paths"]["out_dir"] == first["paths"]["out_dir"]
+    node_ckpt = f"{p['paths']['output']}/checkpoint-10"
+    assert p["resume"] == {"run": first["run_name"], "step": 10, "checkpoint": str(ckpt), "node_checkpoint": node_ckpt}
+    assert p["argv"][-2:] == ["--resume_from_checkpoint", node_ckpt]
+    assert p["job"]["max_steps"] == 80
+    assert {k: v for k, v in p["job"].items() if k != "max_steps"} == \
+        {k: v for k, v in first["job"].items() if k != "max_steps"}
+    assert any(line.startswith("resuming run ") and "from step 10" in line for line in p["summary"])
+    assert build(tmp_path, resume="latest")["resume"]["checkpoint"] == str(ckpt)
+
+
+def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_complete_checkpoint(tmp_path):
+    first, ckpt = finished_run(tmp_path)
+    run = first["run_name"]
+    with pytest.raises(JobError, match=r"model gpt2 is not run .*'s model bert \(-e resume="):
+        build(tmp_path, {"model": "gpt2"}, resume=run)
+    with pytest.raises(JobError, match=r"learning_rate 0.5 differs from run .*; a resumed run keeps its job"):
+        build(tmp_path, {"learning_rate": 0.5}, resume=run)
+    with pytest.raises(JobError, match=r"holds 4 ranks' states, this cluster has world size 2"):
+        build(tmp_path, resume=run, shape=shape(("head-1",)))
+    with pytest.raises(JobError, match=r"no run nope in .* \(no .*/nope/job.json\)"):
+        build(tmp_path, resume="nope")
+    (ckpt / "rng_state_3.pth").unlink()
+    with pytest.raises(JobError, match=r"has no complete checkpoint .*checkpoint-10: no RNG state of rank 3"):
+        build(tmp_path, resume=run)
+    with pytest.raises(JobError, match=r"no run in .* has a complete checkpoint"):
+        build(tmp_path, resume="latest")

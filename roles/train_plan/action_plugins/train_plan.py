@@ -45,6 +45,7 @@ _ARGSPEC = {
     "script": {"type": "str", "default": None},
     "script_args": {"type": "raw", "default": None},
     "script_data": {"type": "str", "default": None},
+    "resume": {"type": "str", "default": None},
 }
 
 
@@ -79,6 +80,7 @@ class ActionModule(ActionBase):
                 script=args["script"],
                 script_args_value=args["script_args"],
                 script_data=args["script_data"],
+                resume=args["resume"],
             )
         except JobError as exc:
             result.update(failed=True, msg=f"error: {exc}")

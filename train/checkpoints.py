@@ -1,0 +1,337 @@
+"""Checkpoints of a run whose output_dir is on each node's own disk: gathered on the head, checked, resumed from.
+
+With DeepSpeed under the HF Trainer a checkpoint ``<output_dir>/checkpoint-<step>/`` is written by every rank on
+its own node: rank 0 writes the model states, ``trainer_state.json``, the scheduler and ``latest``; every rank
+writes its own optimizer shard (``global_step<N>/*zero_pp_rank_<R>_mp_rank_00_optim_states.pt``, ZeRO >= 1; at
+ZeRO-3 also ``zero_pp_rank_<R>_mp_rank_00_model_states.pt``) and its RNG state (``rng_state_<R>.pth``). On
+node-local disks no node holds a whole checkpoint (DeepSpeed #2319, #5452), so:
+
+* ``supervise`` runs the head's launcher as a child and, every few seconds while it runs, ``gather``s: it pulls the
+  rank files of every new checkpoint from the other nodes into the head's copy (rsync over the cluster's ssh, the
+  mesh the launcher and the data staging use), checks it (``problems``) and marks it complete (``MARKER``, written
+  last, atomically). Training never waits for it.
+* train.yml gathers once more when the run ends (also after a failure), brings the complete checkpoints back to
+  the controller, and ``-e resume=<run>`` stages the newest complete one (``latest_complete``) onto every node.
+
+A checkpoint is complete when ``trainer_state.json`` names its step, DeepSpeed's ``latest`` names a tag directory
+that holds the model states, every rank 0..world_size-1 has its optimizer shard (when any rank has one, or the
+ZeRO stage is >= 1) and its RNG state, and every torch file (a zip archive since torch 1.6) and safetensors file is
+whole: a save cut off half-way lacks the zip's central directory or the tensors its header promises.
+
+Standard library only (the controller imports it for the resume lookup; the head runs it with the node venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+#: Written into a checkpoint directory once it was found complete (last, by rename): what was checked.
+MARKER = "dsc-checkpoint.json"
+_STEP = re.compile(r"^checkpoint-(\d+)$")
+_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_mp_rank_\d+_(optim|model)_states\.pt$")
+_RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
+#: rsync filter of the files one rank writes (the only files the head pulls from the other nodes).
+RANK_FILTER = ["--include=/global_step*/", "--include=/global_step*/*zero_pp_rank_*_states.pt",
+               "--include=/rng_state_*.pth", "--exclude=*"]
+SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
+       "-o", "ServerAliveCountMax=3"]
+
+
+def step_of(path) -> int | None:
+    """The step of a ``checkpoint-<step>`` directory name (str or Path), or None for any other name."""
+    m = _STEP.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def checkpoints(output_dir) -> list[Path]:
+    """The ``checkpoint-<step>`` directories of ``output_dir``, oldest step first ([] when it does not exist)."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None]
+    return sorted(found, key=step_of)
+
+
+def _zip_whole(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            end = max((i.header_offset + len(i.filename) + 30 + i.compress_size for i in z.infolist()), default=0)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return f"{path.name} is cut off or not a torch file ({exc})"
+    if end > path.stat().st_size:
+        return f"{path.name} is cut off ({path.stat().st_size} bytes, its entries need {end})"
+    return None
+
+
+def _safetensors_whole(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+    except (OSError, struct.error, ValueError) as exc:
+        return f"{path.name} is cut off or not safetensors ({exc})"
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if path.stat().st_size < 8 + n + end:
+        return f"{path.name} is cut off ({path.stat().st_size} bytes, its tensors need {8 + n + end})"
+    return None
+
+
+def problems(ckpt_dir, world_size: int, zero_stage: int | None = None) -> list[str]:
+    """What makes ``ckpt_dir`` (a ``checkpoint-<step>`` directory) not a complete checkpoint of ``world_size`` ranks.
+
+    Args:
+        ckpt_dir: the checkpoint directory.
+        world_size: ranks of the run (>= 1).
+        zero_stage: the run's ZeRO stage, or None to judge from the files (shards of some rank -> all ranks').
+
+    Returns:
+        [] when complete, else one line per problem (e.g. ``no optimizer shard of rank 2``).
+    """
+    d = Path(ckpt_dir)
+    if not d.is_dir():
+        return [f"{d} does not exist"]
+    out = []
+    step = step_of(d)
+    try:
+        state = json.loads((d / "trainer_state.json").read_text(encoding="utf-8"))
+        if step is not None and state.get("global_step") != step:
+            out.append(f"trainer_state.json is of step {state.get('global_step')}, not {step}")
+    except (OSError, ValueError):
+        out.append("no readable trainer_state.json (rank 0 had not finished saving)")
+    try:
+        tag = (d / "latest").read_text(encoding="utf-8").strip()
+    except OSError:
+        tag = ""
+        out.append("no DeepSpeed 'latest' file")
+    tag_dir = d / tag if tag else None
+    files = [p for p in d.rglob("*") if p.is_file()]
+    shards: dict[str, set[int]] = {"optim": set(), "model": set()}
+    rngs = set()
+    for p in files:
+        m = _RANK_FILE.search(p.name)
+        if m and tag_dir is not None and p.parent == tag_dir:
+            shards[m.group(2)].add(int(m.group(1)))
+        r = _RNG.match(p.name) if p.parent == d else None
+        if r:
+            rngs.add(int(r.group(1) or 0))
+    ranks = set(range(int(world_size)))
+    if tag_dir is not None:
+        if not tag_dir.is_dir():
+            out.append(f"'latest' names {tag}, which is not there")
+        elif not (tag_dir / "mp_rank_00_model_states.pt").is_file() and shards["model"] != ranks:
+            out.append(f"no model states in {tag}/ (mp_rank_00_model_states.pt, or every rank's at ZeRO-3)")
+        if (zero_stage or 0) >= 1 or shards["optim"]:
+            missing = sorted(ranks - shards["optim"])
+            if missing:
+                out.append(f"no optimizer shard of rank{'s' if len(missing) > 1 else ''} "
+                           f"{', '.join(map(str, missing))} in {tag}/")
+            extra = sorted(shards["optim"] - ranks)
+            if extra:
+                out.append(f"optimizer shards of ranks {extra} beyond world size {world_size} (another run's?)")
+        if shards["model"] and shards["model"] != ranks:
+            out.append(f"ZeRO-3 model states of ranks {sorted(shards['model'])}, not 0..{int(world_size) - 1}")
+    missing = sorted(ranks - rngs)
+    if missing and int(world_size) > 1:
+        out.append(f"no RNG state of rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+    for p in files:
+        bad = (_zip_whole(p) if p.suffix in (".pt", ".pth", ".bin") else
+               _safetensors_whole(p) if p.suffix == ".safetensors" else None)
+        if bad:
+            out.append(bad)
+    return out
+
+
+def marker(ckpt_dir) -> dict | None:
+    """The checkpoint's ``MARKER`` contents, or None when it has none (never checked complete) or it is unreadable."""
+    try:
+        return json.loads((Path(ckpt_dir) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def mark(ckpt_dir, world_size: int, zero_stage: int | None = None) -> list[str]:
+    """Check ``ckpt_dir`` (``problems``); when complete, write ``MARKER`` (temp file + rename) and return [].
+
+    The marker records the step, world size, ZeRO stage and every file with its size (bytes). Returns the problems
+    otherwise (nothing is written then).
+    """
+    found = problems(ckpt_dir, world_size, zero_stage)
+    if found:
+        return found
+    d = Path(ckpt_dir)
+    record = {"step": step_of(d), "world_size": int(world_size), "zero_stage": zero_stage,
+              "files": {str(p.relative_to(d)): p.stat().st_size for p in sorted(d.rglob("*"))
+                        if p.is_file() and p.name != MARKER},
+              "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = d / f".{MARKER}.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, d / MARKER)
+    return []
+
+
+def verify(ckpt_dir) -> list[str]:
+    """Re-check a marked checkpoint (e.g. after it was copied): its files against ``problems`` for the marker's world
+    size and against the sizes the marker recorded. Returns [] when it is complete, else the problems."""
+    rec = marker(ckpt_dir)
+    if rec is None:
+        return [f"{Path(ckpt_dir).name} was never found complete (no {MARKER})"]
+    out = problems(ckpt_dir, rec["world_size"], rec.get("zero_stage"))
+    for name, size in rec.get("files", {}).items():
+        p = Path(ckpt_dir) / name
+        if not p.is_file():
+            out.append(f"{name} is missing")
+        elif p.stat().st_size != size:
+            out.append(f"{name} has {p.stat().st_size} bytes, not {size}")
+    return out
+
+
+def latest_complete(output_dir) -> Path | None:
+    """The newest checkpoint of ``output_dir`` that is marked and verifies (``verify``), or None."""
+    for d in reversed(checkpoints(output_dir)):
+        if not verify(d):
+            return d
+    return None
+
+
+def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
+    """Copy the rank files (``RANK_FILTER``) of ``host``'s ``ckpt_dir`` (same path there) into the local one.
+
+    Uses rsync over ``ssh host`` (the cluster's ssh config: names, ports, keys, known_hosts). Returns None on
+    success, else one line saying what failed (unreachable, no such directory, timeout)."""
+    d = str(ckpt_dir).rstrip("/") + "/"
+    cmd = ["rsync", "-a", "--timeout=30", "-e", " ".join(SSH), *RANK_FILTER, f"{host}:{d}", d]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{host}: rsync timed out after {timeout_s:.0f} s"
+    if res.returncode:
+        last = (res.stderr.strip().splitlines() or [f"rc {res.returncode}"])[-1]
+        return f"{host}: {last}"
+    return None
+
+
+def gather(output_dir, hosts: list[str], world_size: int, zero_stage: int | None = None,
+           final: bool = False) -> dict:
+    """Complete the head's unmarked checkpoints in ``output_dir`` from the other nodes and mark those found whole.
+
+    Args:
+        output_dir: the run's output directory (the same path on every node).
+        hosts: the other nodes (as ssh names them); [] on one node.
+        world_size, zero_stage: as for ``problems``.
+        final: the run has ended: also report the checkpoints still incomplete (else they may still be saving).
+
+    Returns:
+        {"complete": [names newly marked], "incomplete": {name: [problems]} (final only), "errors": [lines]}.
+        A directory the Trainer rotated away while it was pulled is removed again, not reported.
+    """
+    report = {"complete": [], "incomplete": {}, "errors": []}
+    for d in checkpoints(output_dir):
+        if marker(d) is not None:
+            continue
+        if not (d / "trainer_state.json").is_file() and not final:
+            continue  # rank 0 is still saving it
+        errors = [e for e in (pull_rank_files(h, d) for h in hosts) if e]
+        if not (d / "trainer_state.json").exists() and not final:
+            shutil.rmtree(d, ignore_errors=True)  # rotated away by the Trainer meanwhile: the pull re-created it
+            continue
+        found = mark(d, world_size, zero_stage)
+        if not found:
+            report["complete"].append(d.name)
+        elif final:
+            report["incomplete"][d.name] = found + errors
+        report["errors"] += errors
+    return report
+
+
+def supervise(cmd: list[str], output_dir, hosts: list[str], world_size: int, zero_stage: int | None = None,
+              every_s: float = 10.0) -> int:
+    """Run ``cmd`` (the head's launcher) and gather its checkpoints every ``every_s`` seconds until it exits.
+
+    SIGTERM/SIGINT/SIGHUP are passed on to the child. Each checkpoint found complete is printed once
+    (``[checkpoints] checkpoint-20 complete: ...``), so it shows in the run's log. Returns the child's exit status
+    (128 + signal number when a signal ended it)."""
+    child = subprocess.Popen(cmd)
+
+    def forward(signum, _frame):
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, forward)
+    told = set()
+    while True:
+        try:
+            rc = child.wait(timeout=every_s)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            report = gather(output_dir, hosts, world_size, zero_stage)
+        except Exception as exc:  # noqa: BLE001 - gathering must never stop the run it watches
+            print(f"[checkpoints] gathering failed, will retry: {exc!r}", flush=True)
+            continue
+        for name in report["complete"]:
+            print(f"[checkpoints] {name} complete: {world_size} ranks' files on the head "
+                  f"({Path(output_dir) / name})", flush=True)
+        for err in report["errors"]:
+            if err not in told:
+                told.add(err)
+                print(f"[checkpoints] could not pull rank files from {err} (retrying)", flush=True)
+    return 128 - rc if rc < 0 else rc
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m train.checkpoints", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("supervise", "gather"):
+        s = sub.add_parser(name)
+        s.add_argument("--output", required=True, help="the run's output directory (same path on every node)")
+        s.add_argument("--world-size", type=int, required=True)
+        s.add_argument("--zero-stage", type=int, default=None)
+        s.add_argument("--hosts", default="", help="the other nodes, comma-separated (ssh names)")
+        if name == "supervise":
+            s.add_argument("--every", type=float, default=10.0, help="seconds between gathers")
+            s.add_argument("command", nargs=argparse.REMAINDER, help="-- the launcher's argv")
+    c = sub.add_parser("latest", help="print the newest complete checkpoint of OUTPUT as JSON (null if none)")
+    c.add_argument("output")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """CLI: ``supervise --output D --world-size W [--hosts a,b] -- CMD...`` (exit status of CMD), ``gather ...``
+    (JSON report on stdout, the final gather), ``latest D`` (JSON: {"path", "step", "world_size"} or null)."""
+    args = _parse(argv)
+    if args.cmd == "latest":
+        d = latest_complete(args.output)
+        rec = marker(d) if d else None
+        print(json.dumps(None if d is None else {"path": str(d), "step": rec["step"],
+                                                 "world_size": rec["world_size"]}))
+        return 0
+    hosts = [h for h in args.hosts.split(",") if h]
+    if args.cmd == "gather":
+        report = gather(args.output, hosts, args.world_size, args.zero_stage, final=True)
+        report["kept"] = [d.name for d in checkpoints(args.output) if not verify(d)]
+        print(json.dumps(report))
+        return 0
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        print("error: supervise needs the command to run after --", file=sys.stderr)
+        return 2
+    return supervise(cmd, args.output, hosts, args.world_size, args.zero_stage, args.every)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""train/checkpoints.py: completeness of real torch/safetensors checkpoint files, marking, and the head's gather of
+the other nodes' rank files with real rsync (over a stand-in for ssh that maps each node to its own directory)."""
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from train import checkpoints
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_checkpoint(root: Path, step: int, ranks, world_size: int, rank0: bool = True, zero: bool = True):
+    """The files DeepSpeed + the HF Trainer write for ``ranks`` of a ZeRO-2 run into ``root/checkpoint-<step>``."""
+    d = root / f"checkpoint-{step}"
+    tag = d / f"global_step{step}"
+    tag.mkdir(parents=True, exist_ok=True)
+    if rank0:
+        torch.save({"module": {"w": torch.ones(4)}}, tag / "mp_rank_00_model_states.pt")
+        (d / "latest").write_text(f"global_step{step}")
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        save_file({"w": torch.ones(8, 8)}, str(d / "model.safetensors"))
+    for r in ranks:
+        if zero:
+            torch.save({"state": torch.full((16,), float(r))}, tag / f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+        torch.save({"rng": r}, d / f"rng_state_{r}.pth")
+    return d
+
+
+def test_a_whole_checkpoint_is_complete_and_marked(tmp_path):
+    d = write_checkpoint(tmp_path, 10, [0, 1], 2)
+    assert checkpoints.problems(d, 2, 2) == []
+    assert checkpoints.mark(d, 2, 2) == []
+    rec = checkpoints.marker(d)
+    assert rec["step"] == 10 and rec["world_size"] == 2
+    assert rec["files"]["global_step10/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"] > 0
+    assert checkpoints.verify(d) == []
+    assert checkpoints.latest_complete(tmp_path) == d
+
+
+def test_missing_ranks_and_cut_off_files_are_named(tmp_path):
+    d = write_checkpoint(tmp_path, 5, [0, 1], 3)
+    found = checkpoints.problems(d, 3, 2)
+    assert "no optimizer shard of rank 2 in global_step5/" in found
+    assert "no RNG state of rank 2" in found
+    assert checkpoints.mark(d, 3, 2) == found and checkpoints.marker(d) is None
+    shard = d / "global_step5" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # a save cut off half-way
+    (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:-10])
+    found = checkpoints.problems(d, 2, 2)
+    assert any(p.startswith("bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt is cut off") for p in found), found
+    assert any(p.startswith("model.safetensors is cut off") for p in found), found
+
+
+def test_a_marked_checkpoint_that_changed_no_longer_verifies(tmp_path):
+    old = write_checkpoint(tmp_path, 5, [0, 1], 2)
+    assert checkpoints.mark(old, 2) == []
+    new = write_checkpoint(tmp_path, 10, [0, 1], 2)
+    assert checkpoints.mark(new, 2) == []
+    (new / "rng_state_1.pth").unlink()
+    assert checkpoints.verify(new) == ["no RNG state of rank 1", "rng_state_1.pth is missing"]
+    assert checkpoints.latest_complete(tmp_path) == old  # the newest that verifies
+    (new / "trainer_state.json").write_text("{")  # cut off
+    assert "no readable trainer_state.json (rank 0 had not finished saving)" in checkpoints.problems(new, 2)
+
+
+FAKE_SSH = """#!/bin/sh
+# ssh stand-in: drop the options, map the node's paths ($ROOT/head -> $ROOT/<node>), run the rest locally
+while [ "$1" = "-o" ]; do shift 2; done
+host=$1; shift
+exec sh -c "$(echo "$*" | sed "s#$ROOT/head#$ROOT/$host#g")"
+"""
+
+
+def test_gather_pulls_each_nodes_rank_files_and_marks_the_checkpoint(tmp_path, monkeypatch):
+    """Head: rank 0 and rank 1; worker-1: ranks 2, 3 (with its own copy of rank 0's files, as save_on_each_node
+    writes them); worker-2 is unreachable. The gather leaves step 20 (rank 3 still saving) unmarked."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text(FAKE_SSH)
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ROOT", str(tmp_path))
+    head, worker = tmp_path / "head" / "output", tmp_path / "worker-1" / "output"
+    write_checkpoint(head, 10, [0, 1], 4)
+    write_checkpoint(worker, 10, [2, 3], 4)
+    (worker / "checkpoint-10" / "trainer_state.json").write_text('{"global_step": 10, "from": "worker"}')
+    write_checkpoint(head, 20, [0, 1], 4)
+    write_checkpoint(worker, 20, [2], 4, rank0=False)
+    report = checkpoints.gather(head, ["worker-1"], 4, 2)
+    assert report == {"complete": ["checkpoint-10"], "incomplete": {}, "errors": []}
+    c10 = head / "checkpoint-10"
+    assert (c10 / "global_step10" / "bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt").is_file()
+    assert json.loads((c10 / "trainer_state.json").read_text()) == {"global_step": 10}  # rank files only
+    assert checkpoints.marker(head / "checkpoint-20") is None
+    final = checkpoints.gather(head, ["worker-1", "worker-2"], 4, 2, final=True)
+    assert final["complete"] == [] and list(final["incomplete"]) == ["checkpoint-20"]
+    assert "no optimizer shard of rank 3 in global_step20/" in final["incomplete"]["checkpoint-20"]
+    assert any(e.startswith("worker-2: ") for e in final["errors"]), final
+    out = subprocess.run([sys.executable, "-m", "train.checkpoints", "latest", str(head)], cwd=REPO,
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"path": str(c10), "step": 10, "world_size": 4}
