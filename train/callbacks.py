@@ -5,8 +5,11 @@ scripts alike). What rank 0 writes while and after it trains (see the contract):
   {"step", "max_steps", "loss", "learning_rate", "samples_per_second", "elapsed_s", "eta_s", "epoch"}
   (samples_per_second = global batch x steps / elapsed; eta_s = steps left x mean step time, the first step --
   which includes DeepSpeed's and the dataloader's warm-up -- left out of the mean once there are others)
-  The last step is always logged, whether or not it is a multiple of logging_steps.
-* ``loss_curve.png`` -- loss against step, from those records.
+  The last step is always logged, whether or not it is a multiple of logging_steps. Events come on lines of their
+  own, told apart by their "event" key: {"event": "save", "step", "checkpoint", "elapsed_s"} after each checkpoint
+  save (``checkpoint-<step>`` in the output directory), {"event": "warning", "message"} for what the run must say
+  (e.g. TensorBoard left out: :func:`usable_report_to`).
+* ``loss_curve.png`` -- loss and learning rate against step (two panels), from those records.
 * ``metrics.json`` -- train/runtime.py's build_metrics, written by MetricsCallback when training ends (every
   rank takes part: it gathers each rank's host) and again after each later evaluation, with its eval_* metrics.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +26,45 @@ from transformers import TrainerCallback
 
 PROGRESS = "progress.jsonl"
 LOSS_CURVE = "loss_curve.png"
+#: warnings for progress.jsonl noted before the Trainer starts (usable_report_to); ProgressCallback writes them
+_PENDING_WARNINGS: list[str] = []
+
+
+def usable_report_to(report_to, rank: int = 0) -> list[str]:
+    """The Trainer's ``report_to`` without "tensorboard" when TensorBoard's writer cannot be imported here.
+
+    Args:
+        report_to: TrainingArguments.report_to as parsed (a str, a list of str, None or "none").
+        rank: this process's global rank; rank 0 prints the warning (once for the run, not once per rank).
+
+    The Trainer refuses ``report_to tensorboard`` without it (TensorBoardCallback: "requires tensorboard to be
+    installed"), which would end every rank at start-up; the run goes on without event files instead, and says so
+    on stderr and as a warning event in progress.jsonl (the playbook's follower prints it).
+
+    Returns:
+        the integration names to report to (a new list; [] for none).
+    """
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    names = [n for n in names if n and n != "none"]
+    if "tensorboard" not in names:
+        return names
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401 - what TensorBoardCallback imports
+    except ImportError as err:
+        try:
+            from tensorboardX import SummaryWriter  # noqa: F401,F811 - its fallback
+        except ImportError:
+            import socket
+
+            message = (f"report_to tensorboard: TensorBoard cannot be imported on {socket.gethostname()} "
+                       f"({' '.join(str(err).split())[:160]}), so this run writes no TensorBoard events "
+                       f"(progress.jsonl and loss_curve.png still come back); install it with "
+                       f"ansible-playbook site.yml (python_env pins tensorboard) or set -e report_to=none")
+            if rank == 0:
+                print(f"warning: {message}", file=sys.stderr, flush=True)
+                _PENDING_WARNINGS.append(message)
+            return [n for n in names if n != "tensorboard"]
+    return names
 
 
 class ProgressCallback(TrainerCallback):
@@ -33,7 +76,7 @@ class ProgressCallback(TrainerCallback):
             samples_per_second.
 
     ``records`` holds the progress records (rank 0), ``summary`` the numbers of the Trainer's other logs (the
-    final train_loss / train_runtime / train_samples_per_second, eval_* of evaluations).
+    final train_loss / train_runtime / train_samples_per_second, eval_* of evaluations), ``saves`` the save events.
     """
 
     def __init__(self, output_dir: str | Path, global_batch_size: int):
@@ -41,6 +84,7 @@ class ProgressCallback(TrainerCallback):
         self.global_batch_size = global_batch_size
         self.records: list[dict] = []
         self.summary: dict = {}
+        self.saves: list[dict] = []
         self._file = None
         self._t0: float | None = None
         self._t_first_step: float | None = None
@@ -51,6 +95,13 @@ class ProgressCallback(TrainerCallback):
         if state.is_world_process_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - open for the whole run
+            while _PENDING_WARNINGS:
+                self._write({"event": "warning", "message": _PENDING_WARNINGS.pop(0)})
+
+    def _write(self, record: dict) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._t_first_step is None:
@@ -87,9 +138,17 @@ class ProgressCallback(TrainerCallback):
             "epoch": _num(logs.get("epoch", state.epoch)),
         }
         self.records.append(record)
-        if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
+        self._write(record)
+
+    def on_save(self, args, state, control, **kwargs):
+        """After the Trainer saved ``checkpoint-<global step>`` (every rank has written its part by then)."""
+        if not state.is_world_process_zero:
+            return
+        elapsed = time.monotonic() - self._t0 if self._t0 is not None else None
+        event = {"event": "save", "step": state.global_step, "checkpoint": f"checkpoint-{state.global_step}",
+                 "elapsed_s": round(elapsed, 3) if elapsed is not None else None}
+        self.saves.append(event)
+        self._write(event)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._file is not None:
@@ -166,21 +225,28 @@ def _num(v):
 
 
 def plot_loss_curve(records: list[dict], path: str | Path, title: str = "") -> Path:
-    """Draw training loss against step (progress records with a loss) into a PNG at ``path``; returns the path.
+    """Draw training loss (top panel) and learning rate (bottom panel) against step, from the progress records
+    (those with a loss / a learning_rate; event lines are left out), into a PNG at ``path``; returns the path.
     Raises OSError when the file can't be written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    if pts:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 40 else None, linewidth=1.5)
-    ax.set_xlabel("step")
+    steps = [r for r in records if "event" not in r]
+    loss = [(r["step"], r["loss"]) for r in steps if r.get("loss") is not None]
+    lr = [(r["step"], r["learning_rate"]) for r in steps if r.get("learning_rate") is not None]
+    fig, (ax, ax_lr) = plt.subplots(2, 1, figsize=(7, 5.5), dpi=100, sharex=True, height_ratios=(2, 1))
+    for axis, pts, colour in ((ax, loss, "tab:blue"), (ax_lr, lr, "tab:orange")):
+        if pts:
+            axis.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 40 else None,
+                      markersize=3, linewidth=1.5, color=colour)
+        axis.grid(True, alpha=0.3)
     ax.set_ylabel("training loss")
     ax.set_title(title or "training loss")
-    ax.grid(True, alpha=0.3)
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel("step")
+    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)

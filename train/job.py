@@ -75,6 +75,7 @@ SCHEMA = {
     "torch_compile": ("bool", False),
     "mlm_head": ("str", False),
     "run_name": ("str", True),
+    "report_to": ("str", False),
 }
 
 # Keys that also take the value "auto": resolve() replaces it with a concrete value for the job's accelerator,
@@ -110,6 +111,8 @@ DEFAULTS = {
     "torch_compile": "auto",
     "mlm_head": "auto",
     "run_name": None,
+    # TensorBoard event files under <output_dir>/runs/ (the Trainer's default log dir), brought back with the run
+    "report_to": "tensorboard",
 }
 
 # Keys written by resolve() that nobody sets: `model` (the preset name) and `data_key`.
@@ -133,6 +136,7 @@ CHOICES = {
     "optimizer": ("adamw_torch_fused", "adamw_torch", "deepspeed"),
     "attention": ("sdpa", "eager", "flash_attention_2", "flex_attention"),
     "mlm_head": ("masked", "full"),
+    "report_to": ("tensorboard", "none"),
 }
 
 # Per model family: config field names for positions / width / heads, and the positions a sequence can't use
@@ -545,7 +549,7 @@ def validate(job, origin=None):
         if not _is_kind(job[key], kind, nullable):
             fail(key, f"{key} must be {_KIND_WORDS[kind]}{' or null' if nullable else ''}, got {job[key]!r}",
                  f"give {key} {_EXAMPLES[kind]}")
-    for key in FIXED_KEYS + ("precision", "accelerator", "offload_optimizer"):
+    for key in FIXED_KEYS + ("precision", "accelerator", "offload_optimizer", "report_to"):
         if key in CHOICES and job.get(key) not in CHOICES[key]:
             fail(key, f"{key} must be one of {', '.join(CHOICES[key])}, got {job.get(key)!r}",
                  f"set {key} to one of: {', '.join(CHOICES[key])}")
@@ -733,7 +737,7 @@ def argv(job, dataset_dir, output_dir, deepspeed):
             args += [f"--{key}", _num(job[key])]
     if job["precision"] in ("bf16", "fp16") and not job["autocast"]:
         args += [f"--{job['precision']}", "true"]  # with autocast DeepSpeed's torch_autocast block casts instead
-    args += ["--report_to", "none", "--dataloader_num_workers", str(job["dataloader_num_workers"]),
+    args += ["--report_to", job["report_to"], "--dataloader_num_workers", str(job["dataloader_num_workers"]),
              "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true",
              # output_dir is on each node's own disk: every node saves (and rotates) its part of each checkpoint,
              # which train/checkpoints.py gathers on the head

@@ -188,6 +188,9 @@ def parse_arguments(argv: list[str] | None = None):
     namespace = parser.parse_args(argv)
     values = vars(namespace)
     runtime.bootstrap(values.get("deepspeed"))
+    from train.callbacks import usable_report_to  # TensorBoard left out, with a warning, where it can't be imported
+
+    values["report_to"] = usable_report_to(values.get("report_to"), runtime.rank_info().rank)
     _fit_to_gpu(values)
     if torch.cuda.is_available() and values.get("accelerator_config") is None and values.get("dataloader_pin_memory"):
         # batches go to the GPU from pinned memory without a sync each (a blocking copy waits for the GPU's queue)

@@ -5,9 +5,14 @@
     {"step": 40, "max_steps": 200, "loss": 6.12, "learning_rate": 0.0009,
      "samples_per_second": 35.1, "elapsed_s": 61.8, "eta_s": 247.0, "epoch": 0.4}
 
+and an event line after each checkpoint save (``{"event": "save", "step": 100, "checkpoint": "checkpoint-100",
+"elapsed_s": 150.2}``) or for a warning (``{"event": "warning", "message": "..."}``; train/callbacks.py).
+
 The playbook's ``deepspeed_watch`` action (roles/train_launch/action_plugins/) reads the new bytes of that file while the
-job runs and prints each record with :func:`format_record`. Only the standard library is used: this module runs
-in the Ansible controller's Python.
+job runs and prints each record with :func:`format_record` (with the last checkpoint's step, :func:`last_checkpoint`)
+and each event with :func:`format_event`; at the end, roles/train_launch/tasks/collect.yml prints
+:func:`summary_lines` of the results brought back. Only the standard library is used: this module runs in the
+Ansible controller's Python.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 
 def format_duration(seconds: float | None) -> str:
@@ -38,14 +44,20 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def format_record(record: dict) -> str:
+_NO_CHECKPOINT = object()
+
+
+def format_record(record: dict, checkpoint=_NO_CHECKPOINT) -> str:
     """Format one progress record as a single line.
 
     Args:
         record: one object of ``progress.jsonl`` (keys as in the module docstring; missing keys print ``?``).
+        checkpoint: the step of the last checkpoint saved so far (:func:`last_checkpoint`), None for none yet;
+            left out, the line says nothing about checkpoints.
 
     Returns:
-        e.g. ``"step 40/200 (20%) | loss 6.1200 | 35.1 samples/s | elapsed 1m02s | ETA 4m07s"``.
+        e.g. ``"step 40/200 (20%) | loss 6.1200 | 35.1 samples/s | elapsed 1m02s | ETA 4m07s"``, with
+        ``" | last checkpoint: step 30"`` (or ``" | last checkpoint: none yet"``) when ``checkpoint`` is given.
     """
     step = record.get("step")
     max_steps = record.get("max_steps")
@@ -57,10 +69,35 @@ def format_record(record: dict) -> str:
     loss_txt = f"loss {loss:.4f}" if isinstance(loss, (int, float)) else "loss ?"
     sps = record.get("samples_per_second")
     sps_txt = f"{sps:.1f} samples/s" if isinstance(sps, (int, float)) else "? samples/s"
-    return " | ".join(
-        [where, loss_txt, sps_txt, f"elapsed {format_duration(record.get('elapsed_s'))}",
-         f"ETA {format_duration(record.get('eta_s'))}"]
-    )
+    parts = [where, loss_txt, sps_txt, f"elapsed {format_duration(record.get('elapsed_s'))}",
+             f"ETA {format_duration(record.get('eta_s'))}"]
+    if checkpoint is not _NO_CHECKPOINT:
+        parts.append(f"last checkpoint: step {checkpoint}" if checkpoint is not None else "last checkpoint: none yet")
+    return " | ".join(parts)
+
+
+def is_event(record: dict) -> bool:
+    """Whether a progress.jsonl object is an event line (a save, a warning), not a logged step."""
+    return "event" in record
+
+
+def last_checkpoint(records: list[dict], previous: int | None = None) -> int | None:
+    """The step of the last save event among ``records`` (in file order), else ``previous``."""
+    for record in records:
+        if record.get("event") == "save" and isinstance(record.get("step"), int):
+            previous = record["step"]
+    return previous
+
+
+def format_event(record: dict) -> str | None:
+    """One line for an event of progress.jsonl: ``"saved checkpoint-100 (step 100)"``, ``"warning: ..."``; None for
+    an event this version does not know."""
+    kind = record.get("event")
+    if kind == "save":
+        return f"saved {record.get('checkpoint') or 'a checkpoint'} (step {record.get('step', '?')})"
+    if kind == "warning":
+        return f"warning: {record.get('message', '')}"
+    return None
 
 
 def parse_records(text: str) -> tuple[list[dict], int]:
@@ -102,9 +139,115 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot read {args[0]}: {err.strerror}; is the path the run's output_dir/progress.jsonl?",
               file=sys.stderr)
         return 2
+    checkpoint = None
     for record in records:
-        print(format_record(record))
+        if is_event(record):
+            checkpoint = last_checkpoint([record], checkpoint)
+            line = format_event(record)
+            if line:
+                print(line)
+        else:
+            print(format_record(record, checkpoint))
     return 0
+
+
+# ------------------------------------------------------------------------------------------ the end-of-run summary
+def _fmt(value, digits: int) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _ranks_by_host(ranks: list) -> str:
+    hosts: dict[str, list[int]] = {}
+    for r in ranks or []:
+        if isinstance(r, dict):
+            hosts.setdefault(str(r.get("hostname")), []).append(int(r.get("rank", 0)))
+    return ", ".join(f"{h}: rank{'s' if len(rs) > 1 else ''} {','.join(map(str, sorted(rs)))}"
+                     for h, rs in hosts.items())
+
+
+def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False) -> list[str]:
+    """The end-of-run summary table of a run's results on the controller, as aligned lines.
+
+    Args:
+        out_dir: the run's directory on the controller (``outputs/<run>/``, as brought back by collect.yml).
+        run_name: the run's name, for the first line.
+        failed: the run failed (the table then shows what came back).
+
+    Reads what is there, never assumes it: metrics.json (steps, world size, losses, samples/s, wall time; without
+    it the last logged step of progress.jsonl), the ``checkpoint-*`` directories, ``runs/`` (TensorBoard event
+    files), ``logs/`` (one log per rank), model/, loss_curve.png, train.log.
+
+    Returns:
+        lines such as ``"steps        150 of 150 (world size 2; node1: ranks 0,1)"``; the first says the run's name.
+    """
+    out = Path(out_dir)
+    m = _read_json(out / "metrics.json") or {}
+    records: list[dict] = []
+    if (out / "progress.jsonl").is_file():
+        try:
+            records, _ = parse_records((out / "progress.jsonl").read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            records = []
+    steps_rec = [r for r in records if not is_event(r)]
+    last = steps_rec[-1] if steps_rec else {}
+    losses = [r["loss"] for r in steps_rec if isinstance(r.get("loss"), (int, float))]
+    steps = m.get("steps", last.get("step"))
+    max_steps = m.get("max_steps", last.get("max_steps"))
+    first_loss = m.get("first_loss", losses[0] if losses else None)
+    last_loss = m.get("last_loss", losses[-1] if losses else None)
+    sps = m.get("train_samples_per_second", last.get("samples_per_second"))
+    wall = m.get("wall_time_s", last.get("elapsed_s"))
+
+    rows: list[tuple[str, str]] = []
+    where = f"{steps if steps is not None else '-'}"
+    if max_steps:
+        where += f" of {max_steps}"
+    if m.get("world_size"):
+        where += f" (world size {m['world_size']}; {_ranks_by_host(m.get('ranks'))})"
+    rows.append(("steps", where))
+    rows.append(("loss", f"{_fmt(first_loss, 4)} -> {_fmt(last_loss, 4)} (first -> last logged step)"))
+    rows.append(("samples/s", _fmt(sps, 1)))
+    rows.append(("wall time", format_duration(wall) if isinstance(wall, (int, float)) else "-"))
+    checkpoints = sorted((p.name for p in out.glob("checkpoint-*") if p.is_dir()),
+                         key=lambda n: int(n.rsplit("-", 1)[1]) if n.rsplit("-", 1)[1].isdigit() else -1)
+    rows.append(("checkpoints", f"{len(checkpoints)} kept: {', '.join(checkpoints)}" if checkpoints else "none kept"))
+
+    files: list[tuple[str, str]] = []
+    if (out / "model").is_dir():
+        files.append(("model/", "the final model and tokenizer"))
+    if (out / "metrics.json").is_file():
+        files.append(("metrics.json", "steps, losses, samples/s, each rank's host"))
+    if (out / "loss_curve.png").is_file():
+        files.append(("loss_curve.png", "loss and learning rate by step"))
+    events = sorted(out.glob("runs/**/events.out.tfevents.*"))
+    if events:
+        files.append(("runs/", f"TensorBoard events ({len(events)} file{'s' if len(events) > 1 else ''}): "
+                               f"tensorboard --logdir {out / 'runs'}"))
+    else:
+        files.append(("runs/", "no TensorBoard events (report_to none, or tensorboard missing: see train.log)"))
+    logs = sorted(p.name for p in (out / "logs").glob("*.log")) if (out / "logs").is_dir() else []
+    if logs:
+        shown = ", ".join(logs[:4]) + (f", ... ({len(logs)} files)" if len(logs) > 4 else "")
+        files.append(("logs/", f"one log per rank: {shown}"))
+    if (out / "progress.jsonl").is_file():
+        files.append(("progress.jsonl", "every logged step and checkpoint save"))
+    if (out / "train.log").is_file():
+        files.append(("train.log", "the launcher's whole output (all ranks, interleaved)"))
+
+    width = max(len(k) for k, _ in rows + [("results", "")])
+    lines = [f"run {run_name or m.get('run_name') or out.name}: {'FAILED, what came back' if failed else 'finished'}"]
+    lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines.append(f"{'results'.ljust(width)}  {out}/")
+    fwidth = max(len(k) for k, _ in files)
+    lines += [f"{''.ljust(width)}    {k.ljust(fwidth)}  {v}" for k, v in files]
+    return lines
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ functions). A rank calls, explicitly:
 
 1. :func:`bootstrap` -- first thing, before torch is imported if it can: OMP_NUM_THREADS (the node's cores shared
    among its ranks), HF_HUB_OFFLINE=1 and TOKENIZERS_PARALLELISM=false unless already set, the rank/world
-   variables of a single-process run under ``--deepspeed``; prints ``[rank R/W] host=<hostname> local_rank=<L>``.
+   variables of a single-process run under ``--deepspeed``; in a run of the playbooks, a copy of everything the
+   rank writes to stdout/stderr in ``<run_dir>/logs/<host>.rank<R>.log`` (:func:`tee_rank_output`); prints
+   ``[rank R/W] host=<hostname> local_rank=<L>``.
 2. The two CPU fixes, where TrainingArguments and the Trainer are built:
 
    * :func:`init_cpu_deepspeed_distributed` (and :func:`configured_state`): accelerate leaves the process-group
@@ -84,7 +86,8 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
         announce: print ``[rank R/W] host=<hostname> local_rank=<L>`` (one write(2), so the lines of ranks sharing
             the launcher's stdout don't interleave).
 
-    Sets, unless already set: OMP_NUM_THREADS = usable cores // ranks on this node (LOCAL_SIZE or
+    With ``$DSC_JOB_FILE`` (a run of the playbooks) this rank's output is also copied into its own log file first
+    (:func:`tee_rank_output`). Sets, unless already set: OMP_NUM_THREADS = usable cores // ranks on this node (LOCAL_SIZE or
     LOCAL_WORLD_SIZE), HF_HUB_OFFLINE=1 (nothing is downloaded at start-up), TOKENIZERS_PARALLELISM=false. When
     torch is already imported its thread count is set to OMP_NUM_THREADS too.
 
@@ -113,6 +116,7 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
     info = RankInfo(rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1")),
                     local_rank=int(os.environ.get("LOCAL_RANK", "0")), local_size=local_size,
                     host=socket.gethostname(), started=time.monotonic())
+    tee_rank_output(info.rank, info.host)
     if announce:
         sys.stdout.flush()
         os.write(sys.stdout.fileno(),
@@ -122,6 +126,56 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
     rank_status.record_start(info.rank, info.world_size, info.local_rank, info.host)
     _INFO = info
     return info
+
+
+_TEES: list = []  # the tee processes of tee_rank_output (kept so that they are never collected as garbage)
+
+
+def tee_rank_output(rank: int, host: str, job_file: str | None = None) -> Path | None:
+    """Copy everything this process writes to its stdout and stderr into ``<run_dir>/logs/<host>.rank<R>.log``
+    on this node, while it still goes where it went before (the launcher's stream: pdsh prefixes it with the node's
+    name and the head keeps it in train.log, which the follower reads to find a node whose ranks died).
+
+    Args:
+        rank: this process's global rank; host: this node's name (the file's name says both).
+        job_file: the run's job.json on this node (run_dir is its directory); default ``$DSC_JOB_FILE``.
+
+    DeepSpeed's launcher has ``--enable_each_rank_log DIR``, but it redirects each rank's output into its file
+    instead of the stream (launch.py: ``Popen(cmd, stdout=log_fd, stderr=log_fd)``), which would leave train.log
+    without the ranks' lines. Here fds 1 and 2 themselves become pipes into ``tee -a -p FILE`` (one for each, so
+    stdout and stderr stay apart on the stream), so the C libraries', the children's and a traceback's output are
+    copied too. A tee ignores SIGINT/SIGTERM and ends when every writer of its pipe is gone: what a rank wrote before
+    it was killed is in its file. Appends (a resumed run continues its ranks' files).
+
+    Returns:
+        The log file's path; None outside a run (no job file) or when it cannot be set up (no ``tee`` on PATH,
+        the directory not writable): the rank then runs as before, output only on the stream. Never raises.
+    """
+    import shutil
+    import subprocess
+
+    job_file = job_file or os.environ.get(JOB_FILE_ENV)
+    tee = shutil.which("tee")
+    if not job_file or not tee:
+        return None
+    path = Path(job_file).parent / "logs" / f"{host}.rank{rank}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd in (1, 2):
+            read, write = os.pipe()
+            try:
+                # "$0" is the file: the run directory is in the tee's command line (stop.yml's pattern finds it)
+                _TEES.append(subprocess.Popen(["/bin/sh", "-c", f"trap '' INT TERM; exec {tee} -a -p \"$0\"",
+                                               str(path)], stdin=read, stdout=fd, close_fds=True))
+                os.dup2(write, fd)
+            finally:
+                os.close(read)
+                os.close(write)
+    except OSError:
+        return None
+    return path
 
 
 def rank_info() -> RankInfo:

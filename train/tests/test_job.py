@@ -299,11 +299,18 @@ def test_argv_for_bert_base_on_cuda():
     assert flags["--learning_rate"] == "0.0002" and flags["--adam_epsilon"] == "1e-06"
     assert flags["--max_steps"] == "50000" and flags["--warmup_steps"] == "10000"
     assert flags["--mlm_probability"] == "0.15" and flags["--lr_scheduler_type"] == "linear"
-    assert flags["--dataloader_num_workers"] == "4" and flags["--report_to"] == "none"
+    assert flags["--dataloader_num_workers"] == "4" and flags["--report_to"] == "tensorboard"
     assert flags["--logging_nan_inf_filter"] == "false"  # no GPU sync per micro batch for the logged loss
     config = json.loads(flags["--config_overrides"])
     assert config["vocab_size"] == 30522 and config["hidden_size"] == 768
     assert "--model_name_or_path" not in flags
+
+
+def test_report_to_is_tensorboard_unless_the_user_says_none():
+    none = J.resolve("bert", {**TINY_CPU, "report_to": "none"}, now=NOW)
+    assert _flags(J.argv(none, "/d", "/o", "/c.json"))["--report_to"] == "none"
+    with pytest.raises(J.JobError, match="report_to must be one of tensorboard, none, got 'wandb'"):
+        J.resolve("bert", {**TINY_CPU, "report_to": "wandb"}, now=NOW)
 
 
 def test_argv_for_gpt2_tiny_on_cpu():

@@ -1,6 +1,8 @@
 """train/progress.py: the lines the playbook prints while a job runs."""
 
-from train.progress import format_duration, format_record, main, parse_records
+import json
+
+from train.progress import format_duration, format_record, main, parse_records, summary_lines
 
 
 def test_format_duration():
@@ -30,13 +32,17 @@ def test_parse_records_leaves_partial_line_for_next_read():
     assert more == [{"step": 3, "loss": 1.5}] and used == len(rest)
 
 
-def test_main_prints_each_record(tmp_path, capsys):
+def test_main_prints_each_record_with_the_last_checkpoint(tmp_path, capsys):
     f = tmp_path / "progress.jsonl"
-    f.write_text('{"step": 5, "max_steps": 10, "loss": 2.0}\n{"step": 10, "max_steps": 10, "loss": 1.0}\n')
+    f.write_text('{"step": 5, "max_steps": 10, "loss": 2.0}\n'
+                 '{"event": "save", "step": 5, "checkpoint": "checkpoint-5", "elapsed_s": 3.0}\n'
+                 '{"step": 10, "max_steps": 10, "loss": 1.0}\n{"event": "warning", "message": "no TensorBoard"}\n')
     assert main([str(f)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "step 5/10 (50%) | loss 2.0000 | ? samples/s | elapsed ? | ETA ?",
-        "step 10/10 (100%) | loss 1.0000 | ? samples/s | elapsed ? | ETA ?",
+        "step 5/10 (50%) | loss 2.0000 | ? samples/s | elapsed ? | ETA ? | last checkpoint: none yet",
+        "saved checkpoint-5 (step 5)",
+        "step 10/10 (100%) | loss 1.0000 | ? samples/s | elapsed ? | ETA ? | last checkpoint: step 5",
+        "warning: no TensorBoard",
     ]
     assert main([str(tmp_path / "missing.jsonl")]) == 2
 
@@ -55,3 +61,47 @@ def test_the_op_builds_planned_ops_and_each_op_start_are_read_from_its_log():
         == "deepspeed_shm_comm"
     assert ops_planned("Building wheel for deepspeed (setup.py): started") is None
     assert op_started("gcc -pthread -c csrc/adam/cpu_adam.cpp") is None
+
+
+def test_the_summary_table_reads_what_came_back(tmp_path):
+    """A results directory as collect.yml leaves it: the table's rows come from its files, aligned."""
+    out = tmp_path / "run1"
+    (out / "model").mkdir(parents=True)
+    (out / "metrics.json").write_text(json.dumps({
+        "run_name": "run1", "steps": 30, "max_steps": 30, "world_size": 3, "first_loss": 8.61234, "last_loss": 5.1,
+        "train_samples_per_second": 41.27, "wall_time_s": 75.0,
+        "ranks": [{"rank": 0, "hostname": "head-1"}, {"rank": 1, "hostname": "worker-1"},
+                  {"rank": 2, "hostname": "worker-1"}]}))
+    for name in ("checkpoint-20", "checkpoint-30", "checkpoint-5"):
+        (out / name).mkdir()
+    (out / "checkpoint-9.tmp").write_text("a file, not a checkpoint")
+    (out / "runs" / "Dec01_head-1").mkdir(parents=True)
+    (out / "runs" / "Dec01_head-1" / "events.out.tfevents.1.head-1").write_bytes(b"x")
+    (out / "logs").mkdir()
+    for name in ("head-1.rank0.log", "worker-1.rank1.log", "worker-1.rank2.log"):
+        (out / "logs" / name).write_text("x\n")
+    (out / "loss_curve.png").write_bytes(b"png")
+    (out / "train.log").write_text("x\n")
+    lines = summary_lines(out, "run1")
+    assert lines[0] == "run run1: finished"
+    assert lines[1] == "steps        30 of 30 (world size 3; head-1: rank 0, worker-1: ranks 1,2)"
+    assert lines[2] == "loss         8.6123 -> 5.1000 (first -> last logged step)"
+    assert lines[3:6] == ["samples/s    41.3", "wall time    1m15s",
+                          "checkpoints  3 kept: checkpoint-5, checkpoint-20, checkpoint-30"]
+    assert lines[6] == f"results      {out}/"
+    files = {line.split()[0]: line for line in lines[7:]}
+    assert list(files) == ["model/", "metrics.json", "loss_curve.png", "runs/", "logs/", "train.log"]
+    assert files["runs/"].endswith(f"runs/           TensorBoard events (1 file): tensorboard --logdir {out / 'runs'}")
+    assert files["logs/"].endswith("logs/           one log per rank: head-1.rank0.log, worker-1.rank1.log, "
+                                   "worker-1.rank2.log")
+    assert len({line.index(line.split()[1], 17) for line in lines[7:]}) == 1  # the file column is aligned
+
+
+def test_the_summary_of_a_failed_run_without_metrics_uses_its_progress(tmp_path):
+    (tmp_path / "progress.jsonl").write_text('{"step": 5, "max_steps": 50, "loss": 7.0, "elapsed_s": 9.0}\n'
+                                             '{"step": 10, "max_steps": 50, "loss": 6.5, "elapsed_s": 12.0}\n{"st')
+    lines = summary_lines(tmp_path, "r", failed=True)
+    assert lines[:5] == ["run r: FAILED, what came back", "steps        10 of 50",
+                         "loss         7.0000 -> 6.5000 (first -> last logged step)", "samples/s    -",
+                         "wall time    12s"]
+    assert "checkpoints  none kept" in lines

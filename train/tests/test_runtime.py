@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -130,3 +131,61 @@ def test_light_modules_import_no_heavy_package(name):
             "{'torch', 'transformers', 'deepspeed', 'datasets', 'numpy'}; assert not heavy, heavy")
     proc = _run(code)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_each_rank_output_is_copied_into_its_own_log_file_and_still_reaches_the_stream(tmp_path):
+    """Two real rank processes of one run: each one's stdout, stderr, a child's output and its traceback are in
+    <run_dir>/logs/<host>.rank<R>.log, and still on the process's own stdout/stderr (the launcher's stream)."""
+    import socket
+
+    (tmp_path / "job.json").write_text("{}")
+    code = """
+import os, subprocess, sys
+from train import runtime
+info = runtime.bootstrap()
+print(f"stdout of rank {info.rank}", flush=True)
+subprocess.run(["sh", "-c", "echo a child of rank $RANK"])
+raise RuntimeError(f"rank {info.rank} failed")
+"""
+    procs = [_run(code, {"DSC_JOB_FILE": str(tmp_path / "job.json"), "RANK": str(r), "WORLD_SIZE": "2"})
+             for r in (0, 1)]
+    host = socket.gethostname()
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 1
+        log = (tmp_path / "logs" / f"{host}.rank{rank}.log").read_text()
+        for line in (f"[rank {rank}/2] host={host}", f"stdout of rank {rank}", f"a child of rank {rank}",
+                     f"RuntimeError: rank {rank} failed"):
+            assert line in log and line in proc.stdout + proc.stderr, (line, log)
+        assert f"rank {1 - rank}" not in log  # its own lines only
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [f"{host}.rank0.log", f"{host}.rank1.log"]
+
+
+def test_a_killed_ranks_lines_are_in_its_log_and_no_tee_is_left(tmp_path):
+    """SIGKILL (no exit handler runs): what the rank wrote before is in its file, and its tee processes end."""
+    (tmp_path / "job.json").write_text("{}")
+    code = """
+import os, signal, sys
+from train import runtime
+runtime.bootstrap()
+print("before the kill", flush=True)
+print("tee pids", *[t.pid for t in runtime._TEES], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = _run(code, {"DSC_JOB_FILE": str(tmp_path / "job.json"), "RANK": "2", "WORLD_SIZE": "4"})
+    assert proc.returncode == -9
+    log = next((tmp_path / "logs").glob("*.rank2.log")).read_text()
+    assert "before the kill" in log and "before the kill" in proc.stdout
+    tees = [int(p) for p in proc.stdout.split("tee pids", 1)[1].split()]
+    assert len(tees) == 2
+    for pid in tees:  # each ended at the end of its pipe (at most a moment after the stream's)
+        for _ in range(50):
+            if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"tee {pid} still runs after its rank was killed")
+
+
+def test_without_a_run_there_is_no_rank_log(tmp_path):
+    proc = _run("from train import runtime; runtime.bootstrap(); print(runtime._TEES)", {"RANK": "0"})
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("[]")
