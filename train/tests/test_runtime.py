@@ -189,3 +189,29 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_without_a_run_there_is_no_rank_log(tmp_path):
     proc = _run("from train import runtime; runtime.bootstrap(); print(runtime._TEES)", {"RANK": "0"})
     assert proc.returncode == 0 and proc.stdout.strip().endswith("[]")
+
+
+def test_without_tensorboard_the_run_goes_on_without_events_and_says_so(tmp_path):
+    """TensorBoard made unimportable: report_to loses "tensorboard" (the Trainer would refuse it), rank 0 says so on
+    stderr, and progress.jsonl's first line is the warning (the follower prints it); another rank stays quiet."""
+    code = f"""
+import json, sys, types
+sys.modules.update({{"tensorboard": None, "tensorboardX": None, "torch.utils.tensorboard": None}})
+from train.callbacks import ProgressCallback, usable_report_to
+print(json.dumps([usable_report_to("tensorboard", rank=1), usable_report_to(["tensorboard", "none"], rank=0),
+                  usable_report_to("none")]))
+from transformers import TrainingArguments
+from transformers.integrations import get_reporting_integration_callbacks
+targs = TrainingArguments(output_dir={str(tmp_path)!r}, report_to=usable_report_to("tensorboard"))
+assert targs.report_to == [] and get_reporting_integration_callbacks(targs.report_to) == []
+cb = ProgressCallback({str(tmp_path)!r}, 8)
+cb.on_train_begin(None, types.SimpleNamespace(is_world_process_zero=True), None)
+cb.on_train_end(None, None, None)
+"""
+    proc = _run(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [[], [], []]
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: report_to tensorboard")]
+    assert len(warnings) == 2 and "this run writes no TensorBoard events" in warnings[0]  # rank 0's two calls
+    first = json.loads((tmp_path / "progress.jsonl").read_text().splitlines()[0])
+    assert first["event"] == "warning" and first["message"] == warnings[0].removeprefix("warning: ")
