@@ -87,6 +87,37 @@ def test_main_job_files(main_job):
     assert not any(p.name.startswith("checkpoint-") for p in out.iterdir())
 
 
+def test_main_job_shows_what_it_did(main_job):
+    """TensorBoard events holding train/loss, one log per rank with its own lines, the save events in progress.jsonl
+    and the last checkpoint in the status lines, and the summary table at the end."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    proc, out = main_job
+    metrics = json.loads((out / "metrics.json").read_text())
+    events = sorted(out.glob("runs/*/events.out.tfevents.*"))
+    assert len(events) == 1, sorted(p.name for p in out.iterdir())
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    losses = [e.value for e in acc.Scalars("train/loss")]
+    assert len(losses) >= 10 and losses[0] == pytest.approx(metrics["first_loss"], rel=1e-4)
+    assert "train/learning_rate" in acc.Tags()["scalars"]
+    for r in metrics["ranks"]:
+        text = (out / "logs" / f"{r['hostname']}.rank{r['rank']}.log").read_text()
+        assert f"[rank {r['rank']}/2] host={r['hostname']} " in text and f"[rank {1 - r['rank']}/2]" not in text
+    assert len(list((out / "logs").iterdir())) == 2
+    records = [json.loads(ln) for ln in (out / "progress.jsonl").read_text().splitlines()]
+    saves = [r for r in records if r.get("event") == "save"]
+    assert [(s["step"], s["checkpoint"]) for s in saves] == [(metrics["steps"], f"checkpoint-{metrics['steps']}")]
+    assert re.search(r"step 10/\d+ \(\d+%\) \| loss [\d.]+ \| .* \| last checkpoint: none yet", proc.stdout)
+    assert f"saved checkpoint-{metrics['steps']} (step {metrics['steps']})" in proc.stdout
+    summary = proc.stdout.split("TASK [train_launch : Summarise the run]", 1)[1][:3000]
+    assert f"\n        steps        {metrics['steps']} of {metrics['steps']} (world size 2; " in summary, summary
+    assert f"\n        loss         {metrics['first_loss']:.4f} -> {metrics['last_loss']:.4f} (first -> last" in summary
+    assert re.search(r"\n        checkpoints  (none kept|\d+ kept: checkpoint-)", summary)
+    for row in ("model/  ", "metrics.json  ", "loss_curve.png  ", "runs/  ", "logs/  ", "train.log  "):
+        assert f"\n                       {row}" in summary, (row, summary)
+
+
 def test_main_job_model_reloads_and_predicts(main_job):
     """The model that came back loads with from_pretrained and fills masks far better than chance."""
     import torch

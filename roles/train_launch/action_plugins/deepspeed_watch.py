@@ -3,7 +3,8 @@
 Ansible prints a task's result only when the task ends, and a recursive ``include_tasks`` poll loop hits Python's
 recursion limit after a few hundred polls. This action polls ``ansible.builtin.async_status`` on the head node,
 reads the new bytes of the run's ``progress.jsonl`` (written by rank 0, see train/progress.py) and of its log, and
-prints each new progress record as one line the moment it appears.
+prints each new progress record as one line the moment it appears, with the step of the last checkpoint saved so
+far (the save events of the same file), and each event (a save, a warning) as a line of its own.
 
 Options:
   jid: the ``ansible_job_id`` of the async launch task (required).
@@ -37,7 +38,8 @@ from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.ansible_async import AsyncFollowAction  # noqa: E402
-from train.progress import format_duration, format_record, parse_records  # noqa: E402
+from train.progress import (format_duration, format_event, format_record, is_event, last_checkpoint,  # noqa: E402
+                            parse_records)
 
 display = Display()
 
@@ -87,6 +89,7 @@ class ActionModule(AsyncFollowAction):
         log_pending = ""
         seen = 0
         last: dict = {}
+        checkpoint: int | None = None
         started = time.monotonic()
         last_news = started
         dead: tuple[str, int] | None = None
@@ -122,7 +125,13 @@ class ActionModule(AsyncFollowAction):
                                         f"run goes on elsewhere: waiting {int(args['grace_seconds'])} s for it to stop")
 
             for record in records:
-                display.display(f"  {format_record(record)}")
+                if is_event(record):
+                    checkpoint = last_checkpoint([record], checkpoint)
+                    line = format_event(record)
+                    if line:
+                        display.display(f"  {line}")
+                    continue
+                display.display(f"  {format_record(record, checkpoint)}")
                 last = record
                 seen += 1
                 last_news = time.monotonic()
