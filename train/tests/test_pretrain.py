@@ -61,7 +61,11 @@ def test_metrics_and_progress(bert_2ranks):
     assert m["vocab_size"] == prepared["vocab_size"] and m["vocab_size_requested"] == 2000
     assert m["n_parameters"] > 100_000 and m["train_loss"] > 0 and m["eval"] is None
 
-    records = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    records = [r for r in lines if "event" not in r]
+    # the Trainer saves at the last step (save_strategy steps): one save event, after that step's record
+    assert [(r["event"], r["step"], r["checkpoint"]) for r in lines if "event" in r] == [("save", 30, "checkpoint-30")]
+    assert lines[-1]["event"] == "save"
     assert [r["step"] for r in records] == [1, 5, 10, 15, 20, 25, 30]
     keys = {"step", "max_steps", "loss", "learning_rate", "samples_per_second", "elapsed_s", "eta_s", "epoch"}
     assert all(set(r) == keys for r in records)
@@ -134,6 +138,7 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
     assert m["first_loss"] == pytest.approx(math.log(vocab), rel=0.1)  # not x2 at 2 ranks
     assert m["last_loss"] < m["first_loss"]
     records = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    records = [r for r in records if "event" not in r]  # the save at the last step is an event line
     assert [r["step"] for r in records] == [1, 4, 6]  # the last step is logged although 6 % 4 != 0
     r0, r1 = (r["first_batches_sha256"] for r in m["ranks"])
     assert not set(r0) & set(r1)
