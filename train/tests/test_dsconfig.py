@@ -409,3 +409,18 @@ def test_blog_recipe_renders_deepspeeds_blocks():
     assert config["optimizer"]["type"] == "AdamW" and config["fp16"]["enabled"] is True
     assert config["zero_optimization"]["stage"] == 2 and config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "torch_autocast" not in config
+
+
+def test_deepspeed_throughput_timer_is_off_unless_the_template_sets_it(tmp_path):
+    """Its synchronize() at every forward and step left the GPU idle (issue 13): the rendered config turns it off
+    (DeepSpeed reads it so); a template's own "timers" block is kept."""
+    from deepspeed.utils.config import get_timers_config
+
+    job = J.resolve("bert", {"accelerator": "cuda", "run_name": "t"})
+    config = D.render(job, 1, TEMPLATES)
+    assert config["timers"] == {"throughput": {"enabled": False}}
+    assert get_timers_config(config).enabled is False
+    assert get_timers_config(D.render(make_job("bert"), 2, TEMPLATES)).enabled is False  # CPU jobs too
+    mine = {"throughput": {"enabled": True, "synchronized": False}}
+    config = D.render(make_job("bert"), 1, _template_with(tmp_path, timers=mine))
+    assert config["timers"] == mine and get_timers_config(config).synchronized is False
