@@ -52,6 +52,21 @@ def playbook(*args):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_every_ranks_log_came_back_in_its_own_file(mode):
+    """One log per rank on the controller (train/runtime.py's tee on its node, collect.yml), named by its host and
+    rank, holding that rank's own lines: worker-2's ranks' lines in worker-2's files."""
+    out = run_dir(mode)
+    m = json.loads((out / "metrics.json").read_text())
+    expected = {f"{r['hostname']}.rank{r['rank']}.log": r for r in m["ranks"]}
+    assert sorted(p.name for p in (out / "logs").iterdir()) == sorted(expected)
+    assert {r["hostname"] for r in m["ranks"]} == set(inventory()[0])
+    for name, r in expected.items():
+        text = (out / "logs" / name).read_text()
+        assert f"[rank {r['rank']}/{m['world_size']}] host={r['hostname']} " in text, (name, text[-2000:])
+        assert not re.search(rf"\[rank (?!{r['rank']}/)\d+/\d+\] host=", text), name
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_world_size_is_sum_of_slots_and_ranks_on_every_node(mode):
     nodes, slots = inventory()
     m = json.loads((run_dir(mode) / "metrics.json").read_text())
