@@ -279,7 +279,7 @@ CONTRACT_FLAGS = {
     "--fp16", "--report_to", "--dataloader_num_workers", "--lr_scheduler_type", "--save_strategy",
     "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
     "--dataloader_drop_last", "--fit_micro_batch_to_memory", "--dataloader_persistent_workers",
-    "--logging_nan_inf_filter",
+    "--logging_nan_inf_filter", "--save_on_each_node",
 }
 
 
