@@ -178,7 +178,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
     Args:
         out_dir: the run's directory on the controller (``outputs/<run>/``, as brought back by collect.yml).
         run_name: the run's name, for the first line.
-        failed: the run failed (the table then shows what came back).
+        failed: the run failed (the table then shows what came back); a run that did not fail but wrote no
+            metrics.json (a script without an HF Trainer, or ranks that ended early) is not called finished.
 
     Reads what is there, never assumes it: metrics.json (steps, world size, losses, samples/s, wall time; without
     it the last logged step of progress.jsonl), the ``checkpoint-*`` directories, ``runs/`` (TensorBoard event
@@ -242,7 +243,9 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
         files.append(("train.log", "the launcher's whole output (all ranks, interleaved)"))
 
     width = max(len(k) for k, _ in rows + [("results", "")])
-    lines = [f"run {run_name or m.get('run_name') or out.name}: {'FAILED, what came back' if failed else 'finished'}"]
+    state = ("FAILED, what came back" if failed else "finished" if m
+             else "ended without a metrics.json (see train.log and logs/)")
+    lines = [f"run {run_name or m.get('run_name') or out.name}: {state}"]
     lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines.append(f"{'results'.ljust(width)}  {out}/")
     fwidth = max(len(k) for k, _ in files)

@@ -105,3 +105,4 @@ def test_the_summary_of_a_failed_run_without_metrics_uses_its_progress(tmp_path)
                          "loss         7.0000 -> 6.5000 (first -> last logged step)", "samples/s    -",
                          "wall time    12s"]
     assert "checkpoints  none kept" in lines
+    assert summary_lines(tmp_path, "r")[0] == "run r: ended without a metrics.json (see train.log and logs/)"
