@@ -10,6 +10,8 @@ itself and prints what the job's log says as it comes.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import shlex
 import time
 
@@ -23,9 +25,18 @@ class AsyncFollowAction(ActionBase):
     _requires_connection = True
 
     def _read_from(self, path: str, offset: int) -> str:
-        """The text of ``path`` on the target from byte ``offset`` on ('' when the file does not exist)."""
-        cmd = f"tail -c +{int(offset) + 1} {shlex.quote(path)} 2>/dev/null || true"
-        return self._low_level_execute_command(cmd).get("stdout", "")
+        """The text of ``path`` on the target from byte ``offset`` on ('' when the file does not exist).
+
+        The bytes travel base64-encoded: over ssh, Ansible runs a low-level command with ``-tt`` (a terminal), which
+        turns every "\n" into "\r\n"; counted as the file's bytes, each line would move the caller's offset one
+        byte too far, and the first line of the next read would be cut (a progress record or a log line lost).
+        """
+        cmd = f"tail -c +{int(offset) + 1} {shlex.quote(path)} 2>/dev/null | base64 -w0 || true"
+        out = self._low_level_execute_command(cmd).get("stdout", "")
+        try:
+            return base64.b64decode("".join(out.split()), validate=True).decode("utf-8", errors="replace")
+        except (ValueError, binascii.Error):
+            return ""
 
     def _tail(self, path: str, lines: int) -> list[str]:
         """The last ``lines`` lines of ``path`` on the target ([] when it does not exist)."""
