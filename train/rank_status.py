@@ -11,7 +11,12 @@ becomes, as the process ends:
 A rank killed with SIGKILL, or by the kernel, writes nothing: its file keeps ``"end": null``. After a failure the
 rank whose file says null or ``error: ...`` on the node that failed first is the one that died
 (:func:`dead_ranks`); the playbook reads the files from there (roles/train_launch/tasks/stop.yml).
-Standard library only; nothing happens at import.
+
+Also the one finder of a run's processes (:func:`run_processes`: its run directory ``<runs>/<run>/`` in their command
+line), used by the stop (:func:`stop_run`), the preflight's "one run at a time" (roles/cluster_check runs this file
+as a script) and the cluster tests; and the follower's liveness check (:func:`check_nodes`: from the head, over the
+cluster's ssh mesh with short timeouts, does every node answer and do its ranks live).
+Standard library only (it runs as a plain script too); nothing happens at import.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shlex
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 _PATH: Path | None = None
@@ -134,16 +142,207 @@ def dead_ranks(statuses: list[dict]) -> list[dict]:
     return [s for k, _, s in sorted((r for r in ranked if r[0] is not None), key=lambda r: (r[0], r[1]))]
 
 
+def node_ranks(hosts: list[str], ranks: dict) -> dict[str, list[int]]:
+    """The global ranks each node holds: ``{host: [first, ..., first + count - 1]}``.
+
+    Args:
+        hosts: the nodes in host order (the plan's ``hosts``, head first); ranks: ``{host: ranks on it}``.
+    Ranks are numbered in host order, as DeepSpeed's world info numbers them.
+    """
+    out, first = {}, 0
+    for host in hosts:
+        count = int(ranks[host])
+        out[host] = list(range(first, first + count))
+        first += count
+    return out
+
+
+#: programs that only read a run's files (a follower's ``tail`` of its log, a copy's ``rsync``): not the run's own
+READERS = ("tail", "rsync")
+
+
+def run_of(cmdline: bytes, runs_dir: str) -> str | None:
+    """The run whose directory ``<runs_dir>/<run>/`` is in a command line (``/proc/<pid>/cmdline``: NUL-separated
+    words), or None: none is, or the program is one of READERS. This is what makes a process one of a run's:
+    train.yml puts the run directory in the command line of every process it starts (DeepSpeed's runner and pdsh
+    on the head, the launcher and the ranks on every node)."""
+    marker = runs_dir.rstrip("/").encode() + b"/"
+    at = cmdline.find(marker)
+    if at < 0:
+        return None
+    program = cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1].decode(errors="replace")
+    if program in READERS:
+        return None
+    name = cmdline[at + len(marker):].split(b"/")[0].split(b"\0")[0].decode(errors="replace")
+    return name or None
+
+
+def run_processes(runs_dir: str, run: str | None = None, proc: str = "/proc") -> dict[str, list[int]]:
+    """``{run name: [pid, ...]}`` of this node's processes that belong to a run (:func:`run_of`), this process
+    excepted; only ``run``'s when it is given. Read from ``proc`` (no procps needed)."""
+    runs: dict[str, list[int]] = {}
+    for pid in sorted((p for p in os.listdir(proc) if p.isdigit()), key=int):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                name = run_of(f.read(), runs_dir)
+        except OSError:
+            continue
+        if name and (run is None or name == run):
+            runs.setdefault(name, []).append(int(pid))
+    return runs
+
+
+def _args_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:300]
+    except OSError:
+        return ""
+
+
+def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0) -> dict:
+    """End every process of ``run`` on this node: SIGTERM, up to ``term_wait_s`` seconds for them to go, SIGKILL
+    for what is left, then look again.
+
+    Returns ``{"stopped": bool (there was something to stop), "left": [[pid, command line], ...]}`` -- ``left`` is
+    empty unless a process survived SIGKILL (e.g. stuck in the kernel).
+    """
+    def pids():
+        return run_processes(runs_dir, run).get(run, [])
+
+    def signal_all(found, sig):
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+            except OSError:  # gone meanwhile, or not ours
+                pass
+
+    found = pids()
+    if found:
+        signal_all(found, signal.SIGTERM)
+        deadline = time.monotonic() + term_wait_s
+        while pids() and time.monotonic() < deadline:
+            time.sleep(0.25)
+        if pids():
+            signal_all(pids(), signal.SIGKILL)
+            deadline = time.monotonic() + 2.0
+            while pids() and time.monotonic() < deadline:
+                time.sleep(0.1)
+    return {"stopped": bool(found), "left": [[pid, _args_of(pid)] for pid in pids()]}
+
+
+def check_nodes(nodes: list[dict], runs_dir: str, run: str, timeout_s: float = 5.0,
+                ssh_options: list[str] | tuple = ()) -> dict[str, dict]:
+    """The follower's liveness check, run on the head: does every node answer, and are its ranks alive?
+
+    Args:
+        nodes: ``[{"host", "first", "count", "python", "code_dir", "local"}]``: the node's name as the head's ssh
+            knows it (the hostfile's), its ranks (``first`` .. ``first + count - 1``), the node venv's python and
+            the staged code there; ``local`` true for the node this runs on (read directly, no ssh).
+        runs_dir, run: the run's directory ``<runs_dir>/<run>`` (given in two words: no command line of the check
+            holds ``<runs_dir>/<run>/``, so the check is never taken for one of the run's processes).
+        timeout_s: seconds a node has to answer: ssh's ConnectTimeout (the TCP connect and the ssh handshake) and
+            keep-alives; a node that has not answered after twice that is cut off. Every node is asked at once.
+        ssh_options: extra ssh words (tests).
+
+    Returns:
+        ``{host: {"answered": bool, "error": str, "ranks": [read_node records]}}`` -- ``answered`` false when ssh
+        could not reach the node or it did not answer in time (``error`` says what ssh said); a node that answered
+        but could not read its ranks has ``answered`` true and ``error`` set.
+    """
+    out: dict[str, dict] = {}
+    procs = {}
+    t = max(1, int(round(timeout_s)))
+    for node in nodes:
+        host = node["host"]
+        if node.get("local"):
+            out[host] = {"answered": True, "error": "",
+                         "ranks": read_node(Path(runs_dir) / run / "ranks", node["first"], node["count"])}
+            continue
+        remote = " ".join(["cd", shlex.quote(node["code_dir"]), "&&", shlex.quote(node["python"]), "-m",
+                           "train.rank_status", "read", shlex.quote(runs_dir), shlex.quote(run),
+                           str(int(node["first"])), str(int(node["count"]))])
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={t}", "-o", f"ServerAliveInterval={t}",
+                "-o", "ServerAliveCountMax=1", *ssh_options, host, remote]
+        try:
+            procs[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
+        except OSError as e:
+            out[host] = {"answered": False, "error": f"cannot run ssh: {e}", "ranks": []}
+    deadline = time.monotonic() + 2 * t
+    for host, p in procs.items():
+        try:
+            stdout, stderr = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            out[host] = {"answered": False, "error": f"no answer within {2 * t} s", "ranks": []}
+            continue
+        last = (stderr.strip().splitlines() or [""])[-1][:300]
+        if p.returncode == 255:
+            out[host] = {"answered": False, "error": last or "ssh failed (exit code 255)", "ranks": []}
+            continue
+        try:
+            ranks = json.loads(stdout.strip().splitlines()[-1])
+            out[host] = {"answered": True, "error": "", "ranks": ranks}
+        except (IndexError, ValueError):
+            out[host] = {"answered": True, "ranks": [],
+                         "error": f"its rank status could not be read (exit code {p.returncode}: {last})"}
+    return {node["host"]: out[node["host"]] for node in nodes}
+
+
+def trouble(status: dict) -> str | None:
+    """Why a node fails the liveness check (one of check_nodes' values), or None when it is fine: it did not
+    answer, or one of its ranks is gone without finishing (no end recorded and no process: SIGKILL, the OOM
+    killer; or an error of its own). A rank not started yet, still running, finished or terminated is fine, and so
+    is one whose error only says that a peer went away (PEER_ERRORS): the node that failed is the peer."""
+    if not status.get("answered"):
+        return f"did not answer ({status.get('error') or 'no reason given'})"
+    for r in status.get("ranks") or []:
+        if r.get("alive"):
+            continue
+        end = r.get("end")
+        if end is None:
+            return f"rank {r.get('rank')} is gone (killed: no exit recorded, pid {r.get('pid')})"
+        if str(end).startswith("error") and not any(peer in str(end) for peer in PEER_ERRORS):
+            return f"rank {r.get('rank')} ended with {str(end)[:200]}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m train.rank_status RUNS_DIR RUN FIRST COUNT``: print read_node's records for
-    ``RUNS_DIR/RUN/ranks`` as JSON (one line). The run's directory is given in two words so that this command's own
-    command line does not hold ``<runs>/<run>/``, the pattern that stops a run's processes (stop.yml)."""
+    """The command line; every form names a run directory in two words (``RUNS_DIR RUN``), so that its own command
+    line does not hold ``<runs>/<run>/``, the mark of the run's processes (:func:`run_of`). Prints one JSON line.
+
+    * ``read RUNS_DIR RUN FIRST COUNT``: read_node's records for ``RUNS_DIR/RUN/ranks``;
+    * ``processes RUNS_DIR [RUN]``: run_processes' ``{run: [pid, ...]}``;
+    * ``stop RUNS_DIR RUN``: stop_run's result; exit code 3 when a process is left;
+    * ``check RUNS_DIR RUN NODES_JSON TIMEOUT_S``: check_nodes' result (NODES_JSON: its ``nodes``).
+
+    Wrong arguments: a usage line on stderr and exit code 2.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 4:
-        print("usage: python -m train.rank_status RUNS_DIR RUN FIRST_RANK COUNT", file=sys.stderr)
+    usage = ("usage: rank_status.py read RUNS_DIR RUN FIRST_RANK COUNT | processes RUNS_DIR [RUN] | stop RUNS_DIR RUN"
+             " | check RUNS_DIR RUN NODES_JSON TIMEOUT_S")
+    what, rest = (args[0], args[1:]) if args else ("", [])
+    try:
+        if what == "read" and len(rest) == 4:
+            result = read_node(Path(rest[0]) / rest[1] / "ranks", int(rest[2]), int(rest[3]))
+        elif what == "processes" and len(rest) in (1, 2):
+            result = run_processes(rest[0], rest[1] if len(rest) == 2 else None)
+        elif what == "stop" and len(rest) == 2:
+            result = stop_run(rest[0], rest[1])
+        elif what == "check" and len(rest) == 4:
+            result = check_nodes(json.loads(rest[2]), rest[0], rest[1], float(rest[3]))
+        else:
+            print(usage, file=sys.stderr)
+            return 2
+    except ValueError as e:
+        print(f"{usage} ({e})", file=sys.stderr)
         return 2
-    print(json.dumps(read_node(Path(args[0]) / args[1] / "ranks", int(args[2]), int(args[3]))))
-    return 0
+    print(json.dumps(result))
+    return 3 if what == "stop" and result["left"] else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,9 +15,12 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+from train.rank_status import run_of  # noqa: E402  (what makes a process one of a run's: one rule everywhere)
 STATE = Path(os.environ.get("DSC_CLUSTER_STATE", "/var/tmp/dsc-cluster"))
 INVENTORY = HERE / "inventory"
 MODES = ["pdsh", "ansible"]
+RUNS = "/opt/deepspeed-cluster/runs"  # <dsc_root>/runs on every node (inventory: dsc_root)
 
 
 def inventory():
@@ -199,12 +203,12 @@ def podman_exec(node, *cmd, check=True):
     return subprocess.run(["podman", "exec", f"dsc-{node}", *cmd], capture_output=True, text=True, check=check)
 
 
-def ranks_running(node):
-    """How many processes on the node run train/pretrain.py (read from /proc: the image has no procps)."""
-    code = ("import os\nn = ('train/pre' + 'train.py').encode()\nc = 0\nfor p in os.listdir('/proc'):\n"
-            "    try:\n        c += p.isdigit() and n in open('/proc/%s/cmdline' % p, 'rb').read()\n"
-            "    except OSError:\n        pass\nprint(c)")
-    return int(podman_exec(node, "python3", "-c", code).stdout.strip())
+def processes_of(node, run):
+    """Command lines of the node's processes that belong to ``run``, from ``ps`` on the node (procps, installed by
+    the base role); which ones are the run's is train/rank_status.py's run_of (its run directory in the command
+    line), the rule the stop and the preflight use."""
+    out = podman_exec(node, "ps", "-eo", "args=").stdout
+    return [line.strip()[:200] for line in out.splitlines() if run_of("\0".join(line.split()).encode(), RUNS) == run]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -254,7 +258,7 @@ def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_sta
     for node in nodes:
         ls = podman_exec(node, "ls", "-A", f"/opt/deepspeed-cluster/runs/{run}", check=False).stdout.split()
         assert "train.log" not in ls and "output" not in ls, (node, ls)
-        assert ranks_running(node) == 0, node
+        assert processes_of(node, run) == [], node
     # the damaged copy lost its MANIFEST: the next run copies the data again
     assert podman_exec("worker-2", "test", "-e", f"{art}/MANIFEST", check=False).returncode == 1
 

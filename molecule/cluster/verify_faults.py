@@ -3,27 +3,20 @@ real nodes while train.yml follows the run. Shares the cluster and the prepared 
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+import yaml
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import verify as cluster  # noqa: E402  (the scenario's helpers: inventory, podman_exec, the playbook command)
 
-RUNS = "/opt/deepspeed-cluster/runs"
-
-
-def processes_of(node, run):
-    """Command lines of the node's processes that belong to ``run`` (its run directory in their command line;
-    read from /proc: the image has no procps until the base role installs it)."""
-    code = ("import os, sys\nn = sys.argv[1].encode()\nfor p in os.listdir('/proc'):\n"
-            "    try:\n        c = open('/proc/%s/cmdline' % p, 'rb').read()\n    except OSError:\n        continue\n"
-            "    if p.isdigit() and n in c and b'python3 -c' not in c:\n"
-            "        print(c.replace(b'\\0', b' ').decode(errors='replace')[:200])")
-    out = cluster.podman_exec(node, "python3", "-c", code, f"{RUNS}/{run}/").stdout
-    return [line for line in out.splitlines() if line.strip()]
+RUNS = cluster.RUNS
 
 
 def start_playbook(name, out_dir, *args):
@@ -76,9 +69,89 @@ def test_a_rank_killed_mid_run_stops_the_run_on_every_node_and_names_it(tmp_path
     assert f"Failed node: {node}, rank {first} (killed: no exit recorded, pid {status['pid']})" in text, text[-3000:]
     assert "Every process of the run was stopped on head-1, worker-1, worker-2 (none is left)" in text
     for n in nodes:
-        assert processes_of(n, run) == [], (n, processes_of(n, run))
+        assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))
     kept = tmp_path / run
     assert (kept / "train.log").stat().st_size > 0 and (kept / "job.json").is_file()
+
+
+def sshd_answers(address, port):
+    """True when an ssh server at ``address``:``port`` sends its banner within 3 s (from this machine)."""
+    try:
+        with socket.create_connection((address, port), timeout=3) as s:
+            s.settimeout(3)
+            return s.recv(4) == b"SSH-"
+    except OSError:
+        return False
+
+
+def bring_back(node, how):
+    """Undo ``podman stop`` (start the container again: its command starts sshd) or ``podman pause`` (unpause);
+    wait until the head logs in to the node again and the controller reaches its sshd (a restarted container has a
+    new MAC address: this machine's stale neighbour entry takes a while to go)."""
+    subprocess.run(["podman", "start" if how == "stop" else "unpause", f"dsc-{node}"], check=True,
+                   capture_output=True, text=True)
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", node, "true"]
+    wait_for(lambda: cluster.podman_exec("head-1", *ssh, check=False).returncode == 0, 120, f"ssh to {node} again")
+    hosts = yaml.safe_load((cluster.INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    me = {**hosts["head"]["hosts"], **hosts["workers"]["hosts"]}[node]
+    wait_for(lambda: sshd_answers(me["ansible_host"], int(me.get("ansible_port", 22))), 120,
+             f"{node}'s sshd from the controller")
+
+
+@pytest.mark.parametrize("how", ["pause", "stop"])
+def test_a_worker_lost_mid_run_is_named_unreachable_and_the_run_stops_on_the_others(tmp_path, how):
+    """worker-2's container paused (`podman pause`: its processes frozen, its kernel still takes TCP, nothing says
+    it is gone: the others' next collective would wait for torch's 30-minute timeout) or stopped (`podman stop -t 0`:
+    its processes killed, its address gone) after the first logged step: train.yml fails within 60 s naming
+    worker-2 as unreachable and the rank it held, no process of the run is left on head-1 and worker-1 (ps), the
+    partial run is kept. worker-2 is brought back after; a paused one's ranks are then stopped with -e stop=."""
+    nodes, slots = cluster.inventory()
+    node = "worker-2"
+    first = sum(slots[n] for n in nodes[: nodes.index(node)])
+    held = ", ".join(str(r) for r in range(first, first + slots[node]))
+    others = [n for n in nodes if n != node]
+    run = f"lost-{how}-{int(time.time())}"
+    proc, log = start_run(run, tmp_path)
+    lost = False
+    try:
+        wait_for(lambda: "step 1/" in log.read_text() or proc.poll() is not None, 300, "the first logged step")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        cmd = ["podman", "stop", "-t", "0", f"dsc-{node}"] if how == "stop" else ["podman", "pause", f"dsc-{node}"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        lost, t0 = True, time.monotonic()
+        proc.wait(timeout=300)
+        took = time.monotonic() - t0
+        left = {n: cluster.processes_of(n, run) for n in others}
+        if how == "pause":  # -e stop while the node is still away: the others are looked at, the node is named
+            t1 = time.monotonic()
+            away = cluster.playbook("train.yml", "-e", f"stop={run}")
+            away_took = time.monotonic() - t1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if lost:
+            bring_back(node, how)
+    text = " ".join(log.read_text().split())
+    print(f"train.yml ended {took:.1f} s after {node} was lost ({how})")
+    assert proc.returncode != 0, text[-3000:]
+    assert took < 60, (took, text[-3000:])
+    assert f"Failed node: {node} (unreachable: it held rank{'s' if slots[node] > 1 else ''} {held})" in text, \
+        text[-3000:]
+    assert f"Every process of the run was stopped on {', '.join(others)} (none is left)" in text, text[-3000:]
+    assert f"{node} did not answer from {nodes[0]}" in text and f"-e stop={run}" in text, text[-3000:]
+    assert left == {n: [] for n in others}, left
+    kept = tmp_path / run
+    assert (kept / "train.log").stat().st_size > 0 and (kept / "job.json").is_file()
+    if how == "pause":
+        assert "liveness check: worker-2 did not answer" in text, text[-3000:]  # no error line said it: the check
+        said = " ".join(away.stdout.split())
+        print(f"-e stop with {node} paused took {away_took:.1f} s")
+        assert away.returncode != 0 and away_took < 90, (away_took, said[-3000:])
+        assert f"no process of it is left on {', '.join(others)}" in said, said[-3000:]
+        assert f"run {run}: {node} could not be reached over ssh" in said, said[-3000:]
+        back = cluster.playbook("train.yml", "-e", f"stop={run}")  # back: what the paused node still ran is ended
+        assert back.returncode == 0, back.stdout[-3000:]
+    assert cluster.processes_of(node, run) == []
 
 
 def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_path):
@@ -113,7 +186,7 @@ def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_
             proc.kill()
     assert proc.returncode != 0
     for n in nodes:
-        assert processes_of(n, run_a) == [], (n, processes_of(n, run_a))
+        assert cluster.processes_of(n, run_a) == [], (n, cluster.processes_of(n, run_a))
     assert (tmp_path / run_a / "train.log").stat().st_size > 0
     unknown = cluster.playbook("train.yml", "-e", "stop=no-such-run")
     assert unknown.returncode != 0
@@ -150,4 +223,4 @@ def test_ranks_that_die_at_start_on_one_node_stop_the_run_within_a_minute(tmp_pa
     assert "Failed node: worker-2, rank" in text, text[-3000:]
     assert "FileNotFoundError" in text and "/srv/dataset-only-on-the-others/part-0.txt" in text, text[-3000:]
     for n in nodes:
-        assert processes_of(n, run) == [], (n, processes_of(n, run))
+        assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))

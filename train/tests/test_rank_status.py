@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -99,8 +100,101 @@ def test_the_command_line_reads_a_nodes_ranks_without_naming_the_run_directory(t
     """stop.yml runs it while it stops every process whose command line holds <runs>/<run>/: it must not be one."""
     (tmp_path / "r1" / "ranks").mkdir(parents=True)
     (tmp_path / "r1" / "ranks" / "rank-2.json").write_text(json.dumps({"rank": 2, "pid": 2 ** 22 + 9, "end": None}))
-    out = subprocess.run([sys.executable, "-m", "train.rank_status", str(tmp_path), "r1", "2", "2"], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
+    argv = [sys.executable, "-m", "train.rank_status", "read", str(tmp_path), "r1", "2", "2"]
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=True).stdout
     got = json.loads(out)
     assert [r["rank"] for r in got] == [2, 3] and got[0]["alive"] is False and got[1]["end"] == "never started"
-    assert f"{tmp_path}/r1/" not in " ".join([str(tmp_path), "r1", "2", "2"])
+    assert f"{tmp_path}/r1/" not in " ".join(argv)
+    bad = subprocess.run([sys.executable, "-m", "train.rank_status", str(tmp_path), "r1"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: ") and "Traceback" not in bad.stderr
+
+
+def test_node_ranks_numbers_ranks_in_host_order():
+    from train.rank_status import node_ranks
+
+    assert node_ranks(["head-1", "worker-1", "worker-2"], {"head-1": 2, "worker-1": 1, "worker-2": 3}) == {
+        "head-1": [0, 1], "worker-1": [2], "worker-2": [3, 4, 5]}
+
+
+STUBBORN = "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(120)\n"
+
+
+def test_stop_ends_the_runs_processes_sigkill_for_one_that_ignores_sigterm_and_leaves_the_rest(tmp_path):
+    """Real processes: two of run r1 (one ignores SIGTERM), one of run r2, a tail of r1's log. `stop RUNS r1`
+    ends both of r1's, leaves r2's and the tail, and its own command line is not taken for one of r1's."""
+    from train.rank_status import run_processes
+
+    runs = tmp_path / "runs"
+    (runs / "r1").mkdir(parents=True)
+    (runs / "r1" / "train.log").write_text("x\n")
+    mine = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{runs}/r1/job.json"]),
+            subprocess.Popen([sys.executable, "-c", STUBBORN, f"--output_dir={runs}/r1/output"],
+                             stdout=subprocess.PIPE, text=True)]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{runs}/r2/job.json"])
+    tail = subprocess.Popen(["tail", "-f", str(runs / "r1" / "train.log")], stdout=subprocess.DEVNULL)
+    try:
+        assert mine[1].stdout.readline().strip() == "ready"
+        assert run_processes(str(runs)) == {"r1": sorted(p.pid for p in mine), "r2": [other.pid]}
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "train.rank_status", "stop", str(runs), "r1"], cwd=REPO,
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {"stopped": True, "left": []}
+        assert time.monotonic() - t0 < 15
+        assert mine[0].wait(timeout=5) == -signal.SIGTERM and mine[1].wait(timeout=5) == -signal.SIGKILL
+        assert other.poll() is None and tail.poll() is None
+        again = subprocess.run([sys.executable, "-m", "train.rank_status", "stop", str(runs), "r1"], cwd=REPO,
+                               capture_output=True, text=True, check=True)
+        assert json.loads(again.stdout) == {"stopped": False, "left": []}
+    finally:
+        for p in mine + [other, tail]:
+            p.kill()
+            p.wait()
+
+
+def test_check_nodes_reads_the_local_node_and_reports_nodes_that_do_not_answer_within_the_timeout(tmp_path):
+    """The liveness check: the local node's ranks from their files (one alive, one killed); a node whose ssh port
+    is closed, and one that accepts the connection but never speaks (a paused node: its kernel still answers TCP),
+    both "did not answer" -- the silent one within the timeout, not ssh's default."""
+    from train.rank_status import check_nodes, trouble
+
+    (tmp_path / "r1").mkdir()
+    proc, _ = run_child(tmp_path / "r1", "wait")
+    ranks = tmp_path / "r1" / "ranks"
+    (ranks / "rank-4.json").write_text(json.dumps({"rank": 4, "pid": 2 ** 22 + 7, "end": None}))
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        ssh = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+        local = {"host": "here", "first": 3, "count": 2, "python": sys.executable, "code_dir": str(REPO),
+                 "local": True}
+        got = check_nodes([local], str(tmp_path), "r1", timeout_s=2)
+        assert got["here"]["answered"] is True
+        assert {r["rank"]: r["alive"] for r in got["here"]["ranks"]} == {3: True, 4: False}
+        assert trouble(got["here"]) == f"rank 4 is gone (killed: no exit recorded, pid {2 ** 22 + 7})"
+        (ranks / "rank-4.json").write_text(json.dumps({"rank": 4, "pid": 2 ** 22 + 7, "end": "finished"}))
+        assert trouble(check_nodes([local], str(tmp_path), "r1")["here"]) is None
+        peer = "error: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:8928"
+        (ranks / "rank-4.json").write_text(json.dumps({"rank": 4, "pid": 2 ** 22 + 7, "end": peer}))
+        assert trouble(check_nodes([local], str(tmp_path), "r1")["here"]) is None  # the peer is the dead one
+        (ranks / "rank-4.json").write_text(json.dumps({"rank": 4, "pid": 2 ** 22 + 7, "end": "error: OSError: x"}))
+        assert trouble(check_nodes([local], str(tmp_path), "r1")["here"]) == "rank 4 ended with error: OSError: x"
+
+        for port in (closed_port, silent.getsockname()[1]):
+            t0 = time.monotonic()
+            node = dict(local, host="127.0.0.1", local=False)
+            got = check_nodes([node], str(tmp_path), "r1", timeout_s=2, ssh_options=ssh + ["-p", str(port)])
+            took = time.monotonic() - t0
+            assert got["127.0.0.1"]["answered"] is False, got
+            assert trouble(got["127.0.0.1"]).startswith("did not answer ("), got
+            assert took < 5, took
+    finally:
+        silent.close()
+        proc.kill()
+        proc.wait()

@@ -9,7 +9,9 @@ Output keys: ``python`` (sys.executable), ``venv`` (sys.prefix), ``nccl`` (``"2.
 (``[{"index": 0, "name": ..., "cc": "9.0"}]``, empty on CPU), ``pdsh`` (path or null) and ``paths``: for each named
 path its nearest existing directory, file-system type (/proc/self/mountinfo), whether that type is a network file
 system, free bytes, and whether a POSIX lock (fcntl.lockf) can be taken there (null when not tested). torch is
-imported only on accelerator=cuda (GPUs, NCCL).
+imported only on accelerator=cuda (GPUs, NCCL). With ``master_port``: ``master_port_in_use``. (The runs still
+running on the node come from train/rank_status.py's finder, run as a script of its own: one finder of a run's
+processes.)
 """
 
 import fcntl
@@ -88,27 +90,6 @@ def gpus_and_nccl():
     return gpus, ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
 
 
-def running_runs(runs_dir, proc="/proc"):
-    """{run name: [pid, ...]} of the processes whose command line holds ``<runs_dir>/<run>/`` (a training run's
-    runner, launcher or ranks: train.yml puts the run directory in every one of them), this process excepted."""
-    runs = {}
-    marker = runs_dir.rstrip("/").encode() + b"/"
-    for pid in os.listdir(proc):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        at = cmdline.find(marker)
-        if at >= 0:
-            name = cmdline[at + len(marker):].split(b"/")[0].split(b"\0")[0].decode(errors="replace")
-            if name:
-                runs.setdefault(name, []).append(int(pid))
-    return runs
-
-
 def port_in_use(port):
     """True when a TCP listener holds ``port`` on this node (binding it fails with EADDRINUSE). SO_REUSEADDR as
     torch's TCPStore sets it: connections of an ended run in TIME_WAIT do not count, a listener does."""
@@ -136,8 +117,6 @@ def main():
     }
     if request.get("accelerator") == "cuda":
         report["gpus"], report["nccl"] = gpus_and_nccl()
-    if request.get("runs_dir"):
-        report["runs"] = running_runs(request["runs_dir"])
     if request.get("master_port"):
         report["master_port_in_use"] = port_in_use(request["master_port"])
     print(json.dumps(report))

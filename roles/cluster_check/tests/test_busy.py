@@ -1,6 +1,8 @@
-"""The preflight's "one run at a time" facts, with real sockets and processes: node_report.py's running_runs and
-port_in_use, and preflight.py's refusal text."""
+"""The preflight's "one run at a time" facts, with real sockets and processes: train/rank_status.py's finder of a
+run's processes (which the preflight runs as a script), node_report.py's port_in_use, and preflight.py's refusal
+text."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -8,6 +10,7 @@ import time
 from pathlib import Path
 
 FILES = Path(__file__).resolve().parents[1] / "files"
+RANK_STATUS = Path(__file__).resolve().parents[3] / "train" / "rank_status.py"
 sys.path.insert(0, str(FILES))
 
 import node_report  # noqa: E402
@@ -36,17 +39,32 @@ def test_a_listener_holds_the_port_and_an_ended_connection_does_not():
     assert node_report.port_in_use(port) is False  # TIME_WAIT, as after the last run: torch binds it again
 
 
-def test_running_runs_finds_a_process_by_its_run_directory(tmp_path):
+def test_the_preflight_finds_a_running_run_by_its_run_directory(tmp_path):
+    """rank_status.py run as the preflight runs it (a plain script, copied alone to the node): a process with
+    <runs>/r1/ in its command line is r1's; a follower's tail of r1's log is not; nothing once it ended."""
     runs = tmp_path / "runs"
+    (runs / "r1").mkdir(parents=True)
+    (runs / "r1" / "train.log").write_text("x\n")
+    script = tmp_path / "copied" / "rank_status.py"
+    script.parent.mkdir()
+    script.write_text(RANK_STATUS.read_text())
+
+    def found():
+        out = subprocess.run([sys.executable, str(script), "processes", str(runs)], capture_output=True, text=True,
+                             check=True, cwd=tmp_path).stdout
+        return json.loads(out)
+
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--output_dir={runs}/r1/output"])
+    tail = subprocess.Popen(["tail", "-f", str(runs / "r1" / "train.log")], stdout=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        found = node_report.running_runs(str(runs))
-        assert found == {"r1": [proc.pid]}
+        assert found() == {"r1": [proc.pid]}
     finally:
         proc.kill()
         proc.wait()
-    assert node_report.running_runs(str(runs)) == {}
+        tail.kill()
+        tail.wait()
+    assert found() == {}
 
 
 def test_the_refusal_names_the_run_and_the_command_that_stops_it():

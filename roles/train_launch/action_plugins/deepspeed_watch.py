@@ -19,17 +19,30 @@ Options:
     N``, or DeepSpeed's launcher's ``exits with return code = N``) while the job still runs, how long to wait for it
     to end by itself before giving up on it (default 15). The other nodes' ranks would otherwise wait in their next
     collective until torch's process-group timeout (30 min on gloo, 10 on NCCL).
+  liveness: the liveness check, or omitted/null for none: ``{"nodes": [{"host", "first", "count", "python",
+    "code_dir", "local"}], "runs_dir", "run", "every_s", "failures", "timeout_s", "ssh_checked"}``
+    (train.rank_status.check_nodes' arguments; ``ssh_checked``: the preflight logged in from the head to every node,
+    so each is watched from the first check, else from its first answer). Every ``every_s`` seconds one command on the head asks every node at once, over the cluster's ssh
+    mesh with ``timeout_s`` (ConnectTimeout, keep-alives), whether it answers and its ranks (their status files'
+    pids) live; a node that fails ``failures`` checks in a row is taken for dead (a powered-off, paused or
+    cut-off node gives no error line: its peers wait in their next collective until torch's timeout). It does not
+    depend on the training code or on progress: a long checkpoint save or a first-step compile is not a failure.
 
 Returns ``rc`` (the launcher's exit status), ``records`` (how many progress records were seen), ``last`` (the last
-record) and ``log_tail``; after a node failed, also ``dead_host`` (the node named by the first failure line, or ""
-for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last log lines). Fails when
-the launcher exits non-zero, or ``grace_seconds`` after a node failed (the playbook then stops the run everywhere:
+record) and ``log_tail``; after a node failed, also ``dead_host`` (the node named by the first failure line or the
+liveness check, or "" for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last
+log lines), and on every failure ``silent_nodes`` (the nodes that did not answer the last liveness check; not
+``unreachable``, which would make Ansible take the head for unreachable: the
+playbook does not wait for them). Fails when the launcher exits non-zero, ``grace_seconds`` after a node failed, or
+when the liveness check takes a node for dead (the playbook then stops the run everywhere:
 roles/train_launch/tasks/stop.yml).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -40,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.ansible_async import AsyncFollowAction  # noqa: E402
 from train.progress import (format_duration, format_event, format_record, is_event, last_checkpoint,  # noqa: E402
                             parse_records)
+from train.rank_status import trouble  # noqa: E402
 
 display = Display()
 
@@ -51,6 +65,7 @@ _ARGSPEC = {
     "tail_lines": {"type": "int", "default": 40},
     "echo_log": {"type": "bool", "default": False},
     "grace_seconds": {"type": "float", "default": 15.0},
+    "liveness": {"type": "dict", "default": None},
 }
 
 # A node's ranks ended with an error: pdsh's report of that node's ssh, or DeepSpeed's launcher (launch.py's
@@ -75,8 +90,88 @@ def failed_node(line: str) -> tuple[str, int] | None:
     return None
 
 
+class Liveness:
+    """Counts each node's failed liveness checks in a row (train.rank_status.check_nodes run on the head)."""
+
+    def __init__(self, spec: dict, run_on_head):
+        """spec: the ``liveness`` option; run_on_head(cmd) -> (rc, stdout, stderr) of a shell command there."""
+        self.spec, self.run_on_head = spec, run_on_head
+        self.every = float(spec.get("every_s") or 5)
+        self.failures = max(1, int(spec.get("failures") or 3))
+        self.head_python = next(n["python"] for n in spec["nodes"] if n.get("local"))
+        self.code_dir = spec["nodes"][0]["code_dir"]
+        self.next_at = 0.0
+        # a node is watched once it answered (under pdsh from the start: the preflight logged in to every node from
+        # the head); a node the head cannot reach over ssh at all (-e launcher=ansible without the mesh) is not
+        self.watched = {n["host"] for n in spec["nodes"]} if spec.get("ssh_checked") else set()
+        self.misses: dict[str, int] = {}
+        self.first_miss: dict[str, float] = {}
+        self.last: dict[str, dict] = {}
+        self.broken = ""
+
+    def check(self) -> dict[str, dict]:
+        """One check of every node; ``{host: status}`` (check_nodes'), {} when the check itself could not run."""
+        spec = self.spec
+        argv = [self.head_python, "-m", "train.rank_status", "check", spec["runs_dir"], spec["run"],
+                json.dumps(spec["nodes"]), str(spec.get("timeout_s") or 5)]
+        rc, out, err = self.run_on_head(f"cd {shlex.quote(self.code_dir)} && {shlex.join(argv)}")
+        try:
+            result = json.loads(out.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            if not self.broken:
+                self.broken = (err.strip().splitlines() or [f"exit code {rc}"])[-1][:300]
+                display.warning(f"the liveness check could not run on the head ({self.broken}); only the launcher's "
+                                f"log tells of a failed node now")
+            return {}
+        self.last = result
+        return result
+
+    def due(self, now: float) -> bool:
+        """Whether the next check is due at ``now`` (time.monotonic() seconds)."""
+        return now >= self.next_at
+
+    def poll(self, now: float) -> tuple[str, str] | None:
+        """Check now; (host, why) for the first node that failed ``failures`` checks in a row, else None."""
+        self.next_at = now + self.every
+        dead = None
+        for host, status in self.check().items():
+            why = trouble(status)
+            if status.get("answered"):
+                self.watched.add(host)
+            elif host not in self.watched:
+                if host not in self.misses:
+                    display.warning(f"the liveness check cannot reach {host} from the head over ssh ({why}); it is "
+                                    f"watched once it answers (playbooks/ssh_mesh.yml lets the head log in)")
+                    self.misses[host] = 0
+                continue
+            if why is None:
+                if self.misses.get(host):
+                    display.display(f"  {host} answers again and its ranks run")
+                self.misses[host] = 0
+                continue
+            self.misses[host] = self.misses.get(host, 0) + 1
+            if self.misses[host] == 1:
+                self.first_miss[host] = now
+            if self.misses[host] < self.failures:
+                display.display(f"  liveness check: {host} {why} ({self.misses[host]} of {self.failures} checks "
+                                f"in a row before the run is stopped)")
+            elif dead is None:
+                dead = (host, f"{host} {why}, {self.failures} checks in a row over "
+                              f"{format_duration(now - self.first_miss[host] + self.every)}")
+        return dead
+
+    def unreachable(self, fresh: bool = True) -> list[str]:
+        """The nodes that did not answer: a new check (``fresh``), else the last one's."""
+        result = self.check() if fresh else self.last
+        return [host for host, status in result.items() if not status.get("answered")]
+
+
 class ActionModule(AsyncFollowAction):
     """Poll an async training job; print progress lines as they arrive."""
+
+    def _run_on_head(self, cmd: str) -> tuple[int, str, str]:
+        r = self._low_level_execute_command(cmd)
+        return r.get("rc", 1), r.get("stdout", ""), r.get("stderr", "")
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -96,8 +191,23 @@ class ActionModule(AsyncFollowAction):
         dead_line = ""
         dead_at = 0.0
         recent: list[str] = []
+        live = Liveness(args["liveness"], self._run_on_head) if args["liveness"] else None
+        next_poll = started
 
         while True:
+            now = time.monotonic()
+            if live is not None and live.due(now):
+                found = live.poll(now)
+                if found is not None:
+                    host, why = found
+                    result.update(failed=True, rc=None, records=seen, last=last, dead_host=host, dead_line="",
+                                  dead_lines=node_lines(recent, host), silent_nodes=live.unreachable(fresh=False),
+                                  log_tail=self._tail(log_file, args["tail_lines"]),
+                                  msg=f"{why} ({format_duration(now - started)} after the launch)")
+                    return result
+            if time.monotonic() < next_poll:  # the next liveness check comes before the next progress poll
+                time.sleep(max(0.05, min(next_poll, live.next_at if live else next_poll) - time.monotonic()))
+                continue
             status = self._async_status(jid, "status", task_vars)
             if status.get("failed") and not status.get("finished"):
                 result.update(failed=True, msg=f"cannot read the status of async job {jid}: {status.get('msg')}")
@@ -143,6 +253,7 @@ class ActionModule(AsyncFollowAction):
                 host, code = dead
                 result.update(failed=True, rc=None, records=seen, last=last, dead_host=host, dead_line=dead_line,
                               dead_lines=node_lines(recent, host),
+                              silent_nodes=live.unreachable() if live is not None else [],
                               log_tail=self._tail(log_file, args["tail_lines"]),
                               msg=f"ranks on {host or 'the head'} ended with exit code {code} "
                                   f"({format_duration(now - started)} after the launch) and the other ranks did not "
@@ -154,7 +265,7 @@ class ActionModule(AsyncFollowAction):
                     f"  still running, waiting for {what} ({format_duration(now - started)} so far; log: {log_file})"
                 )
                 last_news = now
-            time.sleep(poll)
+            next_poll = time.monotonic() + poll  # the loop's top sleeps until then, checking liveness meanwhile
 
         self._async_status(jid, "cleanup", task_vars)
         log_tail = self._tail(log_file, args["tail_lines"])
@@ -163,6 +274,8 @@ class ActionModule(AsyncFollowAction):
         result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail,
                       dead_host=dead[0] if dead else "", dead_line=dead_line, dead_lines=dead_lines)
         if rc != 0:
+            # a node that went away may have ended the run with an error (its peers' connections closed): name it
+            result["silent_nodes"] = live.unreachable() if live is not None else []
             result["failed"] = True
             result["msg"] = (
                 f"training exited with status {rc} after {format_duration(time.monotonic() - started)}; "

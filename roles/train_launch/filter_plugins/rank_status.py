@@ -1,6 +1,8 @@
-"""Jinja filter ``dead_ranks``: train/rank_status.py's dead_ranks for the playbook (roles/train_launch stop.yml).
+"""Jinja filters over train/rank_status.py for the playbook (roles/train_launch follow.yml, stop.yml).
 
-    "{{ records | dead_ranks }}"   records: what `python -m train.rank_status` printed on each node, with "node" added
+    "{{ records | dead_ranks }}"   records: what `python -m train.rank_status read` printed on each node, "node" added
+    "{{ train_plan.hosts | node_ranks(train_plan.ranks) }}"   {host: [its global ranks]}
+    "{{ train_plan | liveness_nodes(venv_dirs) }}"   the nodes argument of the follower's liveness check
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from train.rank_status import dead_ranks as _dead_ranks  # noqa: E402
+from train.rank_status import node_ranks as _node_ranks  # noqa: E402
 
 
 def dead_ranks(records):
@@ -28,8 +31,24 @@ def dead_ranks(records):
     return out
 
 
+def node_ranks(hosts, ranks):
+    """{host: [global rank, ...]} for the plan's ``hosts`` (host order) and ``ranks`` ({host: count}): see
+    train.rank_status.node_ranks."""
+    return _node_ranks(list(hosts), dict(ranks))
+
+
+def liveness_nodes(plan, venv_dirs):
+    """The ``nodes`` of train.rank_status.check_nodes for a plan (dict with hosts, ranks, head, paths.code_dir):
+    ``[{"host", "first", "count", "python", "code_dir", "local"}]``, head first. ``venv_dirs``: {host: venv_dir}.
+    Raises KeyError when a host of the plan has no venv_dir."""
+    held = _node_ranks(list(plan["hosts"]), dict(plan["ranks"]))
+    return [{"host": h, "first": held[h][0] if held[h] else 0, "count": len(held[h]),
+             "python": f"{str(venv_dirs[h]).rstrip('/')}/bin/python", "code_dir": plan["paths"]["code_dir"],
+             "local": h == plan["head"]} for h in plan["hosts"]]
+
+
 class FilterModule:
-    """dead_ranks."""
+    """dead_ranks, node_ranks, liveness_nodes."""
 
     def filters(self):
-        return {"dead_ranks": dead_ranks}
+        return {"dead_ranks": dead_ranks, "node_ranks": node_ranks, "liveness_nodes": liveness_nodes}

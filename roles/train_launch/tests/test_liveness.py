@@ -1,0 +1,116 @@
+"""The follower's liveness check (deepspeed_watch's liveness option) through a real ansible-playbook on this machine
+(connection local, the machine playing the head): the launcher job hangs as the surviving ranks of a run that lost
+a node do, and the follower stops waiting after the configured number of failed checks -- a node that accepts TCP
+but never speaks (a paused node), or a rank whose process was SIGKILLed -- naming the node; a node that answers and
+ranks that live keep it following until the job ends."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modules run with the system python
+
+
+def ansible_playbook():
+    for cand in (REPO / ".venv" / "bin" / "ansible-playbook", shutil.which("ansible-playbook")):
+        if cand and os.path.exists(cand):
+            return str(cand)
+    pytest.skip("ansible-playbook not found (make setup)")
+
+
+def follow(tmp_path, job_s, nodes, every_s=1, failures=3):
+    """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes``; (seconds, output, rc)."""
+    liveness = {"nodes": nodes, "runs_dir": str(tmp_path / "runs"), "run": "r1", "every_s": every_s,
+                "failures": failures, "timeout_s": 1, "ssh_checked": True}
+    book = tmp_path / "play.yml"
+    book.write_text(f"""- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Start
+      ansible.builtin.command: sleep {job_s}
+      async: 120
+      poll: 0
+      register: job
+    - name: Follow
+      deepspeed_watch:
+        jid: "{{{{ job.ansible_job_id }}}}"
+        progress_file: {tmp_path}/progress.jsonl
+        log_file: {tmp_path}/train.log
+        poll_seconds: 2
+        liveness: {json.dumps(liveness)}
+      register: res
+      ignore_errors: true
+    - name: Keep the result
+      ansible.builtin.copy: {{content: "{{{{ res | to_json }}}}", dest: "{tmp_path}/result.json", mode: "0644"}}
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default",
+               ANSIBLE_ACTION_PLUGINS=str(REPO / "roles" / "train_launch" / "action_plugins"),
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    t0 = time.monotonic()
+    out = subprocess.run([ansible_playbook(), "-i", "localhost,", "-e", f"ansible_python_interpreter={PYTHON}",
+                          str(book)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    return time.monotonic() - t0, text, json.loads((tmp_path / "result.json").read_text())
+
+
+def rank_file(tmp_path, rank, pid, end=None):
+    ranks = tmp_path / "runs" / "r1" / "ranks"
+    ranks.mkdir(parents=True, exist_ok=True)
+    (ranks / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "pid": pid, "end": end}))
+
+
+def here(**kw):
+    return dict({"host": "head-1", "first": 0, "count": 1, "python": sys.executable, "code_dir": str(REPO),
+                 "local": True}, **kw)
+
+
+def test_a_node_that_accepts_but_never_answers_is_named_after_three_checks(tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    alive = subprocess.Popen(["sleep", "120"])
+    try:
+        rank_file(tmp_path, 0, alive.pid)
+        paused = f"ssh://127.0.0.1:{silent.getsockname()[1]}"
+        took, text, res = follow(tmp_path, 90, [here(), here(host=paused, first=1, local=False)])
+    finally:
+        silent.close()
+        alive.kill()
+        alive.wait()
+    assert res["failed"] and res["dead_host"] == paused and res["silent_nodes"] == [paused], text
+    assert res["msg"].startswith(f"{paused} did not answer (") and "3 checks in a row" in res["msg"], res["msg"]
+    assert f"liveness check: {paused} did not answer" in text and "(1 of 3 checks in a row" in text, text
+    assert took < 40, took  # not the job's 90 s
+
+
+def test_a_rank_killed_on_a_node_that_answers_is_named_and_live_ranks_are_followed_to_the_end(tmp_path):
+    gone = subprocess.Popen(["sleep", "120"])
+    gone.send_signal(signal.SIGKILL)
+    gone.wait()
+    alive = subprocess.Popen(["sleep", "120"])
+    try:
+        rank_file(tmp_path, 0, alive.pid)
+        rank_file(tmp_path, 1, gone.pid)
+        took, text, res = follow(tmp_path, 90, [here(count=2)])
+        assert res["failed"] and res["dead_host"] == "head-1" and res["silent_nodes"] == [], text
+        assert f"rank 1 is gone (killed: no exit recorded, pid {gone.pid})" in res["msg"], res["msg"]
+        assert took < 40, took
+
+        rank_file(tmp_path, 1, gone.pid, end="finished")  # ended as a rank ends: fine, the job is followed
+        took, text, res = follow(tmp_path, 6, [here(count=2)])
+        assert not res.get("failed") and res["rc"] == 0 and "liveness check:" not in text, text
+    finally:
+        alive.kill()
+        alive.wait()
