@@ -1,0 +1,77 @@
+"""Checkpoints and resume on the multi-node scenario (molecule/cluster/run.sh verify, after verify_faults.py): a
+real run on the 3 nodes saves checkpoints on each node's own disk, the head gathers every node's part while it
+runs, one of worker-2's ranks is SIGKILLed, and ``-e resume=`` goes on from the newest complete checkpoint with the
+step counter and the loss continuing. One short tiny-BERT run (save every 10 steps)."""
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent))
+import verify as cluster  # noqa: E402
+import verify_faults as faults  # noqa: E402
+from train import checkpoints  # noqa: E402
+
+RUNS = cluster.RUNS
+
+
+def progress(path):
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+
+def head_has_complete(run, step):
+    """Whether the head marked checkpoint-<step> of ``run`` complete (every node's part gathered there)."""
+    res = cluster.podman_exec("head-1", "cat", f"{RUNS}/{run}/output/checkpoint-{step}/{checkpoints.MARKER}",
+                              check=False)
+    return res.returncode == 0
+
+
+def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tmp_path):
+    nodes, slots = cluster.inventory()
+    world = sum(slots.values())
+    node = "worker-2"
+    rank = sum(slots[n] for n in nodes[: nodes.index(node)])
+    run = f"resume-{int(time.time())}"
+    proc, log = faults.start_run(run, tmp_path, "-e", "save_steps=10", "-e", "logging_steps=5",
+                                 "-e", "warmup_steps=2")
+    try:
+        # the head gathered every node's part of checkpoint-20 while the run went on
+        faults.wait_for(lambda: head_has_complete(run, 20) or proc.poll() is not None, 400, "checkpoint-20 complete")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        status = json.loads(cluster.podman_exec(node, "cat", f"{RUNS}/{run}/ranks/rank-{rank}.json").stdout)
+        cluster.podman_exec(node, "kill", "-KILL", str(status["pid"]))
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = " ".join(log.read_text().split())
+    assert proc.returncode != 0 and f"Failed node: {node}, rank {rank}" in text, text[-3000:]
+    out = tmp_path / run
+    kept = checkpoints.checkpoints(out)
+    assert kept and all(checkpoints.verify(d) == [] for d in kept), [(d.name, checkpoints.verify(d)) for d in kept]
+    newest = kept[-1]
+    assert checkpoints.step_of(newest) >= 20 and checkpoints.marker(newest)["world_size"] == world
+    shards = sorted(p.name for p in (newest / f"global_step{checkpoints.step_of(newest)}").glob("*optim_states.pt"))
+    assert len(shards) == world, shards  # one per rank, from all three nodes
+    before = progress(out / "progress.jsonl")
+    step = checkpoints.step_of(newest)
+    last_before = [r for r in before if r.get("step") == step and "loss" in r]
+
+    until = step + 10
+    res = cluster.playbook("train.yml", "-e", f"resume={run}", "-e", f"max_steps={until}",
+                           "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+    said = " ".join(res.stdout.split())
+    assert res.returncode == 0, said[-3000:]
+    assert f"resuming run {run} from step {step}" in said, said[-3000:]
+    after = [r for r in progress(out / "progress.jsonl") if "loss" in r]
+    assert after[0]["step"] == step + 5 and after[-1]["step"] == until, [r["step"] for r in after]
+    if last_before:  # the loss goes on where it was (tiny batches: within 0.6), not from the start (~8.7)
+        assert abs(after[0]["loss"] - last_before[-1]["loss"]) < 0.6, (last_before[-1], after[0])
+    assert after[0]["loss"] < before[0]["loss"] - 1.0, (before[0], after[0])
+    final = out / f"checkpoint-{until}"
+    assert checkpoints.verify(final) == [] and checkpoints.marker(final)["world_size"] == world
+    assert (out / "attempt-1" / "train.log").is_file()
+    for n in nodes:
+        assert cluster.processes_of(n, run) == [], n
