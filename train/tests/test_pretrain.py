@@ -142,6 +142,15 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
     assert [r["step"] for r in records] == [1, 4, 6]  # the last step is logged although 6 % 4 != 0
     r0, r1 = (r["first_batches_sha256"] for r in m["ranks"])
     assert not set(r0) & set(r1)
+    # the checkpoint the Trainer saved at the last step is complete by train/checkpoints.py's rule: at ZeRO-3
+    # every rank's model states and optimizer shard, both RNG states, whole files
+    from train import checkpoints
+
+    ckpt = out / "checkpoint-6"
+    assert checkpoints.problems(ckpt, 2, 3) == []
+    assert len(list(ckpt.glob("global_step6/zero_pp_rank_*_mp_rank_00_model_states.pt"))) == 2
+    found = checkpoints.problems(ckpt, 3, 3)  # taken for a 3-rank run: rank 2's files are missing
+    assert "no optimizer shard of rank 2 in global_step6/" in found and "no RNG state of rank 2" in found, found
     tok = AutoTokenizer.from_pretrained(str(out / "model"))
     model, info = AutoModelForCausalLM.from_pretrained(str(out / "model"), output_loading_info=True)
     assert not info["missing_keys"] and not info["mismatched_keys"], info
