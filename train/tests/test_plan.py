@@ -308,3 +308,24 @@ def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_compl
         build(tmp_path, resume=run)
     with pytest.raises(JobError, match=r"no run in .* has a complete checkpoint"):
         build(tmp_path, resume="latest")
+
+
+def test_a_script_run_resumes_with_resume_from_checkpoint_added_to_its_own_arguments(tmp_path):
+    from train import checkpoints
+    from train.tests.test_checkpoints import write_checkpoint
+
+    script = tmp_path / "run_mlm.py"
+    script.write_text("from transformers import Trainer, TrainingArguments\n")
+    args = ["--max_steps", "30", "--learning_rate", "1e-3"]
+    first = build(tmp_path, script=str(script), script_args_value=args)
+    out = Path(first["paths"]["out_dir"])
+    out.mkdir(parents=True)
+    (out / "job.json").write_text(first["files"]["job.json"])
+    assert checkpoints.mark(write_checkpoint(out, 20, range(4), 4), 4) == []
+    p = build(tmp_path, script=str(script), script_args_value=["--max_steps", "60", "--learning_rate", "1e-3"],
+              resume=first["run_name"])
+    assert p["run_name"] == first["run_name"] and p["mode"] == "script"
+    assert p["argv"][-2:] == ["--resume_from_checkpoint", f"{p['paths']['output']}/checkpoint-20"]
+    assert p["argv"][: len(args)] == ["--max_steps", "60", "--learning_rate", "1e-3"]
+    with pytest.raises(JobError, match=r"was a script run \(-e resume=.*\); resume it the way it was launched"):
+        build(tmp_path, resume=first["run_name"])
