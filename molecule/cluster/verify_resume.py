@@ -1,8 +1,12 @@
 """Checkpoints and resume on the multi-node scenario (molecule/cluster/run.sh verify, after verify_faults.py): a
 real run on the 3 nodes saves checkpoints on each node's own disk, the head gathers every node's part while it
 runs, one of worker-2's ranks is SIGKILLed, and ``-e resume=`` goes on from the newest complete checkpoint with the
-step counter and the loss continuing. One short tiny-BERT run (save every 10 steps)."""
+step counter and the loss continuing; that train.yml is interrupted (SIGINT, as Ctrl-C) and ``-e attach=`` follows
+the run to its end. One short tiny-BERT run (save every 10 steps)."""
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,12 +63,35 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
     step = checkpoints.step_of(newest)
     last_before = [r for r in before if r.get("step") == step and "loss" in r]
 
-    until = step + 10
-    res = cluster.playbook("train.yml", "-e", f"resume={run}", "-e", f"max_steps={until}",
-                           "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+    # the resumed run's train.yml is interrupted like Ctrl-C (SIGINT to its process group) once it logs a step:
+    # the run goes on on all three nodes, and -e attach= follows it to the end and brings the results back
+    until = step + 40
+    log2 = tmp_path / "resume.playbook.log"
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(cluster.REPO / "roles"))
+    proc = subprocess.Popen(["ansible-playbook", "-i", str(cluster.INVENTORY), "train.yml", "-e", f"resume={run}",
+                             "-e", f"max_steps={until}", "-e", f"train_output_dir={tmp_path}",
+                             "-e", "train_poll_seconds=2"], cwd=cluster.REPO, env=env, stdout=open(log2, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        faults.wait_for(lambda: f"step {step + 5}/" in log2.read_text() or proc.poll() is not None, 400,
+                        "the resumed run's first logged step")
+        assert proc.poll() is None, log2.read_text()[-3000:]
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = " ".join(log2.read_text().split())
+    assert f"resuming run {run} from step {step}" in said, said[-3000:]
+    assert "User interrupted execution" in said and f"ansible-playbook train.yml -e attach={run}" in said, said[-3000:]
+    going = {n: cluster.processes_of(n, run) for n in nodes}
+    assert all(going.values()), going  # the run goes on without its playbook, on every node
+    res = cluster.playbook("train.yml", "-e", f"attach={run}", "-e", f"train_output_dir={tmp_path}",
+                           "-e", "train_poll_seconds=2")
     said = " ".join(res.stdout.split())
     assert res.returncode == 0, said[-3000:]
-    assert f"resuming run {run} from step {step}" in said, said[-3000:]
+    assert f"re-attached to run {run} on head-1, worker-1, worker-2" in said, said[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["steps"] == until
     after = [r for r in progress(out / "progress.jsonl") if "loss" in r]
     assert after[0]["step"] == step + 5 and after[-1]["step"] == until, [r["step"] for r in after]
     if last_before:  # the loss goes on where it was (tiny batches: within 0.6), not from the start (~8.7)
