@@ -84,7 +84,12 @@ def test_main_job_files(main_job):
     assert hostfile == ["localhost slots=2"]
     ds = json.loads((out / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] == 2
-    assert not any(p.name.startswith("checkpoint-") for p in out.iterdir())
+    # the checkpoints came back complete (train/checkpoints.py), the Trainer's save at the last step among them
+    from train import checkpoints
+
+    kept = checkpoints.checkpoints(out)
+    assert kept and checkpoints.step_of(kept[-1]) == json.loads((out / "metrics.json").read_text())["steps"], kept
+    assert all(checkpoints.verify(d) == [] and checkpoints.marker(d)["world_size"] == 2 for d in kept), kept
 
 
 def test_main_job_shows_what_it_did(main_job):
