@@ -25,7 +25,9 @@ def ranks_of(run_name: str) -> list[str]:
 
 
 def progress(out: Path) -> list[dict]:
-    return [json.loads(ln) for ln in (out / "progress.jsonl").read_text().splitlines() if ln.strip()]
+    """The logged steps of progress.jsonl (its save events left out)."""
+    records = [json.loads(ln) for ln in (out / "progress.jsonl").read_text().splitlines() if ln.strip()]
+    return [r for r in records if "event" not in r]
 
 
 @pytest.fixture(scope="module")
