@@ -44,6 +44,7 @@ _RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 #: rsync filter of the files one rank writes (the only files the head pulls from the other nodes).
 RANK_FILTER = ["--include=/global_step*/", "--include=/global_step*/*zero_pp_rank_*_states.pt",
                "--include=/rng_state_*.pth", "--exclude=*"]
+GATHER_EVERY_S = 2.0  # supervise's period (s): well under the time between two saves of a real run
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
        "-o", "ServerAliveCountMax=3"]
 
@@ -255,8 +256,12 @@ def gather(output_dir, hosts: list[str], world_size: int, zero_stage: int | None
 
 
 def supervise(cmd: list[str], output_dir, hosts: list[str], world_size: int, zero_stage: int | None = None,
-              every_s: float = 10.0) -> int:
+              every_s: float = GATHER_EVERY_S) -> int:
     """Run ``cmd`` (the head's launcher) and gather its checkpoints every ``every_s`` seconds until it exits.
+
+    A round with no new checkpoint costs a directory listing (``gather`` pulls only unmarked checkpoints whose
+    ``trainer_state.json`` rank 0 has written), so the period is short: a checkpoint lives only until the Trainer
+    rotates it away (``save_total_limit`` saves later) on every node, and must be pulled within that time.
 
     SIGTERM/SIGINT/SIGHUP are passed on to the child. Each checkpoint found complete is printed once
     (``[checkpoints] checkpoint-20 complete: ...``), so it shows in the run's log. Returns the child's exit status
@@ -303,7 +308,7 @@ def _parse(argv):
         s.add_argument("--zero-stage", type=int, default=None)
         s.add_argument("--hosts", default="", help="the other nodes, comma-separated (ssh names)")
         if name == "supervise":
-            s.add_argument("--every", type=float, default=10.0, help="seconds between gathers")
+            s.add_argument("--every", type=float, default=GATHER_EVERY_S, help="seconds between gathers")
             s.add_argument("command", nargs=argparse.REMAINDER, help="-- the launcher's argv")
     c = sub.add_parser("latest", help="print the newest complete checkpoint of OUTPUT as JSON (null if none)")
     c.add_argument("output")
