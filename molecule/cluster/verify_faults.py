@@ -34,6 +34,13 @@ def start_run(run, out_dir, *extra):
                           f"run_name={run}", "-e", f"train_output_dir={out_dir}", "-e", "train_poll_seconds=2", *extra)
 
 
+def seconds_to_exit(proc, timeout):
+    """Wait for ``proc`` to end (at most ``timeout`` s, else subprocess.TimeoutExpired); the seconds it took."""
+    t0 = time.monotonic()
+    proc.wait(timeout=timeout)
+    return time.monotonic() - t0
+
+
 def wait_for(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -87,9 +94,8 @@ def test_a_worker_lost_mid_run_is_named_unreachable_and_the_run_stops_on_the_oth
         assert proc.poll() is None, log.read_text()[-3000:]
         cmd = ["podman", "stop", "-t", "0", f"dsc-{node}"] if how == "stop" else ["podman", "pause", f"dsc-{node}"]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
-        lost, t0 = True, time.monotonic()
-        proc.wait(timeout=300)
-        took = time.monotonic() - t0
+        lost = True
+        took = seconds_to_exit(proc, 300)
         left = {n: cluster.processes_of(n, run) for n in others}
         if how == "pause":  # -e stop while the node is still away: the others are looked at, the node is named
             t1 = time.monotonic()
@@ -180,9 +186,7 @@ def test_ranks_that_die_at_start_on_one_node_stop_the_run_within_a_minute(tmp_pa
                                f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
     try:
         wait_for(lambda: "Follow the training" in log.read_text() or proc.poll() is not None, 300, "the launch")
-        launched = time.monotonic()
-        proc.wait(timeout=300)
-        took = time.monotonic() - launched
+        took = seconds_to_exit(proc, 300)  # from the launch
     finally:
         if proc.poll() is None:
             proc.kill()

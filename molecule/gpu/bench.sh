@@ -26,14 +26,7 @@ step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
 
 step machine
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-  "$W"/ansible_core-*.whl "$W"/resolvelib-*.whl "$W"/cryptography-*.whl "$W"/cffi-*.whl "$W"/pycparser-*.whl || exit 1
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-mkdir -p /tmp/coll && tar -C /tmp/coll -xzf "$W/collections.tar.gz" && export ANSIBLE_COLLECTIONS_PATH=/tmp/coll
-if ! command -v rsync >/dev/null; then
-  for d in "$W"/*.deb; do dpkg -x "$d" /tmp/rsroot; done
-  export PATH=/tmp/rsroot/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/rsroot/usr/lib/x86_64-linux-gnu
-fi
+. "$(dirname "$0")/controller_tools.sh" || exit 1
 export ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 
 if [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then

@@ -18,14 +18,7 @@ echo "rsync: $(command -v rsync) pdsh: $(command -v pdsh) libaio.h: $(ls /usr/in
 python3 -m pip list 2>/dev/null | grep -iE '^(pyarrow|fsspec|huggingface.hub|transformers|datasets|accelerate|tokenizers|numpy|pydantic|hjson|nvidia-nccl-cu13|nvidia-ml-py|setuptools|wheel|ninja|deepspeed|pandas) '
 
 step "controller tools: ansible-core from wheels, collections, rsync if missing"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-  "$W"/ansible_core-*.whl "$W"/resolvelib-*.whl "$W"/cryptography-*.whl "$W"/cffi-*.whl "$W"/pycparser-*.whl || exit 1
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-mkdir -p /tmp/coll && tar -C /tmp/coll -xzf "$W/collections.tar.gz" && export ANSIBLE_COLLECTIONS_PATH=/tmp/coll
-if ! command -v rsync >/dev/null; then
-  for d in "$W"/*.deb; do dpkg -x "$d" /tmp/rsroot; done
-  export PATH=/tmp/rsroot/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/rsroot/usr/lib/x86_64-linux-gnu
-fi
+. "$(dirname "$0")/controller_tools.sh" || exit 1
 ansible-playbook --version | head -1
 export ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 EXTRA=(-e "python_env_wheelhouse=$W" -e "deepspeed_sdist_path=$W/deepspeed-0.19.8.tar.gz")

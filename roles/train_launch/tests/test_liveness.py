@@ -14,20 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modules run with the system python
 
 
-def ansible_playbook():
-    for cand in (REPO / ".venv" / "bin" / "ansible-playbook", shutil.which("ansible-playbook")):
-        if cand and os.path.exists(cand):
-            return str(cand)
-    pytest.skip("ansible-playbook not found (make setup)")
-
-
-def follow(tmp_path, job_s, nodes, every_s=1, failures=3):
+def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3):
     """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes``; (seconds, output, rc)."""
     liveness = {"nodes": nodes, "runs_dir": str(tmp_path / "runs"), "run": "r1", "every_s": every_s,
                 "failures": failures, "timeout_s": 1, "ssh_checked": True}
@@ -58,7 +50,7 @@ def follow(tmp_path, job_s, nodes, every_s=1, failures=3):
                ANSIBLE_ACTION_PLUGINS=str(REPO / "roles" / "train_launch" / "action_plugins"),
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     t0 = time.monotonic()
-    out = subprocess.run([ansible_playbook(), "-i", "localhost,", "-e", f"ansible_python_interpreter={PYTHON}",
+    out = subprocess.run([ansible_playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={PYTHON}",
                           str(book)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
@@ -76,7 +68,7 @@ def here(**kw):
                  "local": True}, **kw)
 
 
-def test_a_node_that_accepts_but_never_answers_is_named_after_three_checks(tmp_path):
+def test_a_node_that_accepts_but_never_answers_is_named_after_three_checks(ansible_playbook, tmp_path):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen()
@@ -84,7 +76,7 @@ def test_a_node_that_accepts_but_never_answers_is_named_after_three_checks(tmp_p
     try:
         rank_file(tmp_path, 0, alive.pid)
         paused = f"ssh://127.0.0.1:{silent.getsockname()[1]}"
-        took, text, res = follow(tmp_path, 90, [here(), here(host=paused, first=1, local=False)])
+        took, text, res = follow(ansible_playbook, tmp_path, 90, [here(), here(host=paused, first=1, local=False)])
     finally:
         silent.close()
         alive.kill()
@@ -95,7 +87,7 @@ def test_a_node_that_accepts_but_never_answers_is_named_after_three_checks(tmp_p
     assert took < 40, took  # not the job's 90 s
 
 
-def test_a_rank_killed_on_a_node_that_answers_is_named_and_live_ranks_are_followed_to_the_end(tmp_path):
+def test_a_rank_killed_on_a_node_that_answers_is_named_and_live_ranks_are_followed_to_the_end(ansible_playbook, tmp_path):
     gone = subprocess.Popen(["sleep", "120"])
     gone.send_signal(signal.SIGKILL)
     gone.wait()
@@ -103,13 +95,13 @@ def test_a_rank_killed_on_a_node_that_answers_is_named_and_live_ranks_are_follow
     try:
         rank_file(tmp_path, 0, alive.pid)
         rank_file(tmp_path, 1, gone.pid)
-        took, text, res = follow(tmp_path, 90, [here(count=2)])
+        took, text, res = follow(ansible_playbook, tmp_path, 90, [here(count=2)])
         assert res["failed"] and res["dead_host"] == "head-1" and res["silent_nodes"] == [], text
         assert f"rank 1 is gone (killed: no exit recorded, pid {gone.pid})" in res["msg"], res["msg"]
         assert took < 40, took
 
         rank_file(tmp_path, 1, gone.pid, end="finished")  # ended as a rank ends: fine, the job is followed
-        took, text, res = follow(tmp_path, 6, [here(count=2)])
+        took, text, res = follow(ansible_playbook, tmp_path, 6, [here(count=2)])
         assert not res.get("failed") and res["rc"] == 0 and "liveness check:" not in text, text
     finally:
         alive.kill()

@@ -8,20 +8,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modules run with the system python
 
 
-def ansible_playbook():
-    for cand in (REPO / ".venv" / "bin" / "ansible-playbook", shutil.which("ansible-playbook")):
-        if cand and os.path.exists(cand):
-            return str(cand)
-    pytest.skip("ansible-playbook not found (make setup)")
-
-
-def play(tmp_path, tasks: str):
+def play(ansible_playbook, tmp_path, tasks: str):
     """Run a one-play playbook on localhost; return [(seconds since start, line)] of its output and its rc."""
     book = tmp_path / "play.yml"
     book.write_text(f"- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n{tasks}")
@@ -30,7 +22,7 @@ def play(tmp_path, tasks: str):
                ANSIBLE_ACTION_PLUGINS=str(REPO / "roles" / "train_stage" / "action_plugins"),
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     t0 = time.monotonic()
-    proc = subprocess.Popen([ansible_playbook(), "-i", "localhost,", "-e", f"ansible_python_interpreter={PYTHON}", str(book)], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([ansible_playbook, "-i", "localhost,", "-e", f"ansible_python_interpreter={PYTHON}", str(book)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [(time.monotonic() - t0, line.rstrip("\n")) for line in proc.stdout]
     return lines, proc.wait(timeout=300)
@@ -42,9 +34,9 @@ def first(lines, needle):
     return found[0]
 
 
-def test_prepare_data_watch_relays_lines_while_the_job_runs_and_returns_its_result(tmp_path):
+def test_prepare_data_watch_relays_lines_while_the_job_runs_and_returns_its_result(ansible_playbook, tmp_path):
     log = tmp_path / "prepare.log"
-    lines, rc = play(tmp_path, f"""
+    lines, rc = play(ansible_playbook, tmp_path, f"""
     - name: Start
       ansible.builtin.shell: "echo 'prepare [0s] one' >> {log}; sleep 4; echo 'prepare [4s] two' >> {log}; echo out; echo 'error: bad' >&2; exit 3"
       async: 60
@@ -64,7 +56,7 @@ def test_prepare_data_watch_relays_lines_while_the_job_runs_and_returns_its_resu
     assert "FAILED" not in text and "RETRYING" not in text
 
 
-def test_stage_copy_shows_each_file_while_copying_and_copies_like_synchronize(tmp_path):
+def test_stage_copy_shows_each_file_while_copying_and_copies_like_synchronize(ansible_playbook, tmp_path):
     src, dest = tmp_path / "src", tmp_path / "dest"
     (src / "sub").mkdir(parents=True)
     for i, name in enumerate(["a.arrow", "b.arrow", "sub/c.json"]):
@@ -85,7 +77,7 @@ def test_stage_copy_shows_each_file_while_copying_and_copies_like_synchronize(tm
     - name: Show
       ansible.builtin.debug: {{msg: "changed={{{{ res.changed }}}}"}}
 """
-    lines, rc = play(tmp_path, task)
+    lines, rc = play(ansible_playbook, tmp_path, task)
     text = "\n".join(line for _, line in lines)
     assert rc == 0, text
     assert all((dest / n).read_bytes() == (src / n).read_bytes() for n in ("a.arrow", "b.arrow", "sub/c.json"))
@@ -93,6 +85,6 @@ def test_stage_copy_shows_each_file_while_copying_and_copies_like_synchronize(tm
     # the first file's line comes seconds before the copy's end (1.5 MB/s for 6 MB)
     assert first(lines, "copied 3 files") - first(lines, "localhost: copied a.arrow (1.0 MB); 1 files") >= 2, text
     assert "of 6.0 MB so far" in text and "FAILED" not in text and "RETRYING" not in text
-    lines, rc = play(tmp_path, task)  # again: synchronize's own idempotence
+    lines, rc = play(ansible_playbook, tmp_path, task)  # again: synchronize's own idempotence
     text = "\n".join(line for _, line in lines)
     assert rc == 0 and "changed=False" in text and "nothing to copy" in text, text
