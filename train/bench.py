@@ -9,7 +9,14 @@ GPT-2's 50,257) while prepare_data's tokenizer, trained on the small built-in co
 
 report: reads each run's job.json, metrics.json, perf.json (train/pretrain.py's PerfCallback), train.log and the
 playbook start time from RUNS.json (a list of {"label", "run_name", "command", "playbook_start_unix_s",
-"playbook_end_unix_s", "run_dirs": [dirs to look in]}), and writes OUT/gpu-<date>.json and OUT/gpu-<date>.md.
+"playbook_end_unix_s", "run_dirs": [dirs to look in], optionally "series": a name}), and writes
+OUT/gpu-<date>.json and OUT/gpu-<date>.md.
+
+Data-parallel scaling (issue 12; ``scaling``): the runs of one ``series`` are the same preset at several world
+sizes with the same per-GPU batch (micro batch x accumulation), i.e. weak scaling; for each run
+efficiency = (samples/s / world size) / (samples/s / world size of the series' smallest run), speedup = samples/s /
+that run's samples/s (the usual weak-scaling definitions, e.g. NVIDIA DeepLearningExamples' "weak scaling"
+tables: throughput at N GPUs over N x the 1-GPU throughput).
 
 MFU (the issue's formula): model FLOPs per token = 6 N + 12 L h s (Kaplan et al. 2020 / PaLM appendix B: 6 N for
 the dense weights forward + backward, 12 L h s for attention scores and values), N = every parameter
@@ -120,8 +127,8 @@ def run_row(run: dict) -> dict:
     start = run.get("playbook_start_unix_s")
     profile = _find("profile.txt", dirs)
     return {
-        "label": run["label"], "command": run["command"], "run_name": run["run_name"],
-        "samples_per_second": sps, "tokens_per_second": tps, "mfu": round(mfu, 4) if mfu is not None else None,
+        "label": run["label"], "command": run["command"], "run_name": run["run_name"], "series": run.get("series"),
+        "world_size": metrics.get("world_size"), "samples_per_second": sps, "tokens_per_second": tps, "mfu": round(mfu, 4) if mfu is not None else None,
         "steady_steps": perf.get("steady_steps"), "steady_seconds": perf.get("steady_seconds"),
         "n_parameters": n, "vocab_size": metrics.get("vocab_size"), "layers": layers, "hidden": hidden,
         "seq": seq, "global_batch": perf.get("global_batch"),
@@ -140,6 +147,42 @@ def run_row(run: dict) -> dict:
         "profile": profile.read_text(encoding="utf-8") if profile else None,
         "profile_window": perf.get("profile"),
     }
+
+
+def scaling(rows: list[dict]) -> list[dict]:
+    """Weak-scaling rows of every series (see the module docstring) from run_row dicts.
+
+    Rows without a ``series``, a world size or a steady samples/s are left out. Returns, per series in order of
+    first appearance and by world size: {"series", "world_size", "samples_per_second", "per_gpu" (samples/s per
+    rank), "speedup", "efficiency" (fractions, rounded to 4 places), "per_gpu_batch" (micro x accumulation),
+    "label", "note"}. A run whose per-GPU batch differs from the base run's gets no efficiency (None) and a note:
+    a different batch per GPU is not the same work per GPU."""
+    series: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("series") and r.get("world_size") and r.get("samples_per_second"):
+            series.setdefault(r["series"], []).append(r)
+    out = []
+    for name, runs in series.items():
+        runs = sorted(runs, key=lambda r: r["world_size"])
+        base = runs[0]
+        base_per_gpu = base["samples_per_second"] / base["world_size"]
+
+        def batch(r):
+            return (r.get("micro_batch"), r.get("accumulation"))
+
+        for r in runs:
+            per_gpu = r["samples_per_second"] / r["world_size"]
+            same = batch(r) == batch(base)
+            out.append({
+                "series": name, "world_size": r["world_size"], "label": r["label"],
+                "samples_per_second": r["samples_per_second"], "per_gpu": round(per_gpu, 2),
+                "per_gpu_batch": f"{r.get('micro_batch')} x {r.get('accumulation')}",
+                "speedup": round(r["samples_per_second"] / base["samples_per_second"], 4) if same else None,
+                "efficiency": round(per_gpu / base_per_gpu, 4) if same else None,
+                "note": None if same else (f"per-GPU batch {batch(r)[0]} x {batch(r)[1]} differs from the "
+                                           f"{base['world_size']}-rank run's {batch(base)[0]} x {batch(base)[1]}"),
+            })
+    return out
 
 
 def _gib(value):
@@ -176,6 +219,16 @@ def markdown(report: dict) -> str:
     lines += ["", f"Versions: {json.dumps(report['versions'])}", ""]
     if report.get("targets"):
         lines += ["Targets:", ""] + [f"- {t}" for t in report["targets"]] + [""]
+    if report.get("scaling"):
+        lines += ["Data-parallel scaling (same per-GPU batch at every world size; efficiency = samples/s per GPU / "
+                  "the series' smallest run's):", "",
+                  "| series | GPUs | samples/s | per GPU | micro x accum | speedup | efficiency |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in report["scaling"]:
+            eff = f"{100 * r['efficiency']:.1f} %" if r["efficiency"] is not None else f"— ({r['note']})"
+            lines.append(f"| {r['series']} | {r['world_size']} | {r['samples_per_second']:,.1f} | "
+                         f"{r['per_gpu']:,.1f} | {r['per_gpu_batch']} | {_fmt(r['speedup'], '.2f')}{'x' if r['speedup'] is not None else ''} | {eff} |")
+        lines.append("")
     profiled = [r for r in report["runs"] if r.get("profile_window")]
     if profiled:
         lines += ["GPU busy in the profiled steps (kernel time / wall time, torch.profiler):", ""]
@@ -198,9 +251,11 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
     """The benchmark dict: one row per run (run_row), the GPU, versions, the MFU formula and the targets checked.
 
     Targets (issue 13): bert defaults >= 1,080 samples/s and >= 10x the blog's recipe; gpt2 >= 300 k tokens/s;
-    playbook start -> first optimizer step end <= 30 s, launcher start -> first step end <= 20 s.
+    playbook start -> first optimizer step end <= 30 s, launcher start -> first step end <= 20 s. Issue 12: each
+    series' scaling efficiency at its largest world size >= 95 % (``scaling``).
     """
     rows = [run_row(r) for r in runs]
+    scaled = scaling(rows)
     by = {r["label"]: r for r in rows}
     targets = []
     bert, blog, gpt2 = by.get("bert defaults"), by.get("bert, the blog's recipe"), by.get("gpt2 defaults")
@@ -222,11 +277,17 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
         if r["launcher_start_to_first_step_s"] is not None:
             check(f"{r['label']}: launcher start -> first step end <= 20 s", f"{r['launcher_start_to_first_step_s']} s",
                   r["launcher_start_to_first_step_s"] <= 20)
+    for name in dict.fromkeys(r["series"] for r in scaled):
+        top = [r for r in scaled if r["series"] == name][-1]
+        if top["world_size"] > min(r["world_size"] for r in scaled if r["series"] == name):
+            eff = top["efficiency"]
+            check(f"{name}: scaling efficiency at {top['world_size']} GPUs >= 95 %",
+                  "—" if eff is None else f"{100 * eff:.1f} %", eff is not None and eff >= 0.95)
     gpu = next((r["gpu"] for r in rows if r["gpu"]), None)
     versions = next((r["versions"] for r in rows if r["versions"]), None)
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
             "command": command, "commit": commit, "mfu_formula": MFU_FORMULA, "peak_flops": PEAK_FLOPS,
-            "versions": versions, "runs": rows, "targets": targets, "notes": notes or []}
+            "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or []}
 
 
 def main(argv: list[str] | None = None) -> int:

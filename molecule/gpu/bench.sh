@@ -6,7 +6,8 @@
 # `ansible-playbook -i inventory/h200 train.yml` three times -- bert with the blog's recipe, bert defaults, gpt2
 # defaults -- and writes OUTDIR/gpu-<date>.json + .md (python -m train.bench report).
 # DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already); DSC_BENCH_ONLY=provision stops after it.
-# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm gpt2"; also bert-m256): a device call of at most 10
+# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm gpt2"; also bert-m256, and scaling: bert and gpt2
+# data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N, for issue 12): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
 # OUT gets bench.log, logs.tar.gz (playbook and train logs) and the report (DSC_BENCH_STEM, default gpu-<date>).
@@ -66,11 +67,11 @@ bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for no
   local rc=$? e; e=$(date +%s.%N)
   grep -E 'run .*world size|samples/s|error|FAILED|fatal' "$STATE/logs/$run.playbook.log" | tail -8
   echo "$label: rc=$rc in $(python3 -c "print(round($e - $s, 1))") s"
-  $PY - "$label" "$run" "$s" "$e" "$*" > "$STATE/records/$(date +%s)-$key.json" <<'PYEOF'
+  $PY - "$label" "$run" "$s" "$e" "$*" "${SERIES:-}" > "$STATE/records/$(date +%s)-$key.json" <<'PYEOF'
 import json, sys
-label, run, s, e, args = sys.argv[1:]
+label, run, s, e, args, series = sys.argv[1:]
 print(json.dumps({"label": label, "run_name": run, "command": f"ansible-playbook -i inventory/h200 train.yml {args}",
-                  "playbook_start_unix_s": float(s), "playbook_end_unix_s": float(e),
+                  "playbook_start_unix_s": float(s), "playbook_end_unix_s": float(e), "series": series or None,
                   "run_dirs": [f"outputs/{run}", f"/opt/deepspeed-cluster/runs/{run}"]}))
 PYEOF
   cp "/opt/deepspeed-cluster/runs/$run/train.log" "$STATE/logs/$run.train.log" 2>/dev/null
@@ -87,6 +88,17 @@ bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-ber
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
   -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
+# data-parallel scaling (issue 12): each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
+# (the preset's micro batch, no accumulation): weak scaling, train.bench's "scaling" table and efficiency target
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+for n in 1 2 4 8; do
+  [ "$n" -le "$GPUS" ] || break
+  SERIES="bert defaults, per-GPU micro batch" bench_run scaling "bert, $n GPU(s)" "bench-scale-bert-$n-$STAMP" "" \
+    "${BERT[@]}" -e max_steps=60 "${COMMON[@]}" -e slots=$n -e train_batch_size=null -e gradient_accumulation_steps=1
+  SERIES="gpt2 defaults, per-GPU micro batch" bench_run scaling "gpt2, $n GPU(s)" "bench-scale-gpt2-$n-$STAMP" "" \
+    -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=24 "${COMMON[@]}" -e slots=$n \
+    -e train_batch_size=null -e gradient_accumulation_steps=1
+done
 
 step "report (every run recorded in $STATE so far)"
 RUNS=$STATE/runs.json

@@ -186,3 +186,39 @@ def test_perf_json_steady_window_and_profile(bert_artifact, tmp_path):
     text = (out / "profile.txt").read_text()
     assert text.startswith("torch.profiler, steps 3..4 (2 optimizer steps): ") and "by CPU time (self):" in text
     assert "aten::" in text
+
+
+def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_artifact, bert_2ranks, tmp_path):
+    """train.bench's data-parallel scaling (issue 12) from two real CPU runs of the same per-rank batch, 1 and 2
+    ranks: the report's efficiency is the per-rank throughput ratio of their perf.json files, the target line and
+    the table say it; a run with another per-rank batch gets no efficiency, and says why."""
+    from train import bench
+
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "job.json").write_text(json.dumps(job_dict(run_name="bert-test-1rank")))
+    launch(1, pretrain_args(bert_artifact, one / "output", ds_config(one / "ds.json"), max_steps=BERT_STEPS), one)
+    two = bert_2ranks["out"].parent
+    records = [{"label": f"bert tiny, {n} rank(s)", "run_name": d.name, "command": f"launch({n})",
+                "series": "bert tiny (CPU)", "run_dirs": [str(d)]} for n, d in ((2, two), (1, one))]
+    (tmp_path / "runs.json").write_text(json.dumps(records))
+    assert bench.main(["report", "--runs", str(tmp_path / "runs.json"), "--out", str(tmp_path / "rep"),
+                       "--stem", "scaling"]) == 0
+    data = json.loads((tmp_path / "rep" / "scaling.json").read_text())
+    sps = {n: json.loads((d / "output" / "perf.json").read_text())["steady_samples_per_second"]
+           for n, d in ((1, one), (2, two))}
+    rows = data["scaling"]
+    assert [r["world_size"] for r in rows] == [1, 2] and {r["per_gpu_batch"] for r in rows} == {"8 x 1"}, rows
+    assert rows[0]["efficiency"] == 1.0 and rows[1]["speedup"] == pytest.approx(sps[2] / sps[1], abs=1e-4)
+    efficiency = sps[2] / 2 / sps[1]
+    assert rows[1]["efficiency"] == pytest.approx(efficiency, abs=1e-4), (rows, sps)
+    verdict = "met" if efficiency >= 0.95 else "missed"
+    assert f"bert tiny (CPU): scaling efficiency at 2 GPUs >= 95 %: {100 * efficiency:.1f} % — {verdict}" in \
+        data["targets"], data["targets"]
+    md = (tmp_path / "rep" / "scaling.md").read_text()
+    assert f"| bert tiny (CPU) | 2 | {sps[2]:,.1f} | {sps[2] / 2:,.1f} | 8 x 1 | " in md, md
+
+    other = [dict(r, micro_batch=16) if r["world_size"] == 2 else r for r in data["runs"]]
+    mixed = bench.scaling(other)
+    assert mixed[1]["efficiency"] is None and "per-GPU batch 16 x 1 differs from the 1-rank run's 8 x 1" in \
+        mixed[1]["note"], mixed

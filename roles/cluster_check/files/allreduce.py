@@ -1,4 +1,5 @@
-"""All-reduce bus-bandwidth test across all ranks and for each pair of nodes; started by the DeepSpeed launcher.
+"""All-reduce bus-bandwidth test across all ranks, for each pair of nodes and for each pair of GPUs (ranks) of a
+node with three or more ranks; started by the DeepSpeed launcher.
 
     deepspeed --hostfile H allreduce.py --out RESULTS.json [--mib 64] [--iters 10] [--warmup 3]
 
@@ -7,7 +8,13 @@ writes RESULTS.json::
 
     {"backend": "gloo", "world_size": 4, "nodes": ["head-1", "worker-1"],
      "all":   [{"ranks": 4, "bytes": ..., "time_s": ..., "algbw_gbps": ..., "busbw_gbps": ...}],
-     "pairs": [{"nodes": ["head-1", "worker-1"], "ranks": 4, ...}]}
+     "pairs": [{"nodes": ["head-1", "worker-1"], "ranks": 4, ...}],
+     "gpus":  [{"node": "head-1", "gpus": ["0", "1"], "ranks": 2, ...}]}
+
+"gpus" names a rank's device as CUDA_VISIBLE_DEVICES lists it (the launcher's --include / gpu_indices), else its
+local rank. The pairs of all nodes are measured at the same time, one pair per node at a time (disjoint groups), so
+the test takes as long on 64 nodes as on one; with two ranks on a node its one pair is that node's whole and a slow
+GPU could not be told from the other, so none is measured.
 
 Formula (nccl-tests doc/PERFORMANCE.md, AllReduce): algbw = S / t with S the buffer size in bytes and t the mean
 time of one all-reduce in seconds; busbw = algbw * 2 (n - 1) / n with n the ranks taking part. Units: GB/s = 1e9
@@ -42,6 +49,31 @@ def measure(tensor, group, size, iters, warmup, device):
     algbw = nbytes / seconds / 1e9
     return {"ranks": size, "bytes": nbytes, "time_s": seconds, "algbw_gbps": algbw,
             "busbw_gbps": algbw * 2 * (size - 1) / size if size > 1 else algbw}
+
+
+def gpu_pairs(tensor, names, rank, local_rank, iters, warmup, device):
+    """All-reduce over every pair of ranks of each node with >= 3 ranks (see the module docstring): the results of
+    the pairs this rank leads (their lower rank), as measure() with "node" and "gpus" added. ``names[r]`` is rank
+    r's node; every rank must call this (it creates every group, in the same order, as new_group requires)."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    gpu = visible[local_rank] if local_rank < len(visible) else str(local_rank)
+    labels = [None] * len(names)
+    dist.all_gather_object(labels, gpu)
+    per_node = {}
+    for node in dict.fromkeys(names):
+        ranks = [r for r, name in enumerate(names) if name == node]
+        if len(ranks) >= 3:
+            per_node[node] = [(a, b, dist.new_group([a, b])) for a, b in itertools.combinations(ranks, 2)]
+    mine = []
+    for k in range(max((len(p) for p in per_node.values()), default=0)):
+        for node, pairs in per_node.items():
+            if k < len(pairs) and rank in pairs[k][:2]:
+                a, b, group = pairs[k]
+                result = measure(tensor, group, 2, iters, warmup, device)
+                if rank == a:
+                    mine.append(dict(result, node=node, gpus=[labels[a], labels[b]]))
+        dist.barrier()
+    return mine
 
 
 def main():
@@ -90,10 +122,13 @@ def main():
     elif pairs and rank == 0:  # two nodes: the pair is the whole world
         results["pairs"].append(dict(results["all"][0], nodes=list(nodes)))
 
+    results["gpus"] = gpu_pairs(tensor, names, rank, args.local_rank, args.iters, args.warmup, device)
+
     gathered = [None] * world
-    dist.all_gather_object(gathered, results["pairs"])
+    dist.all_gather_object(gathered, (results["pairs"], results["gpus"]))
     if rank == 0:
-        results["pairs"] = [pair for part in gathered for pair in part]
+        results["pairs"] = [pair for part, _ in gathered for pair in part]
+        results["gpus"] = [pair for _, part in gathered for pair in part]
         tmp = args.out + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1)

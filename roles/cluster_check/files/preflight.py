@@ -12,7 +12,8 @@ IN.json for ``nodes``::
      "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/rank_status.py processes (train.yml)
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null}
 
-IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5}.
+IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5,
+"gpu_relative": 0.8} (relative: pairs of nodes against the fastest pair; gpu_relative: pairs of GPUs of a node).
 
 Prints the table (and warnings, prefixed ``warning:``) on stdout. Each problem is one line on stderr,
 ``host <name>: <what is wrong>; <how to fix>``, and the exit status is 2 when there is any; 0 otherwise.
@@ -197,6 +198,37 @@ def check_nodes(data):
     return "\n".join([text] + ["warning: " + w for w in warnings]), problems
 
 
+def _gpu_health(gpus, relative):
+    """Rows and problems of allreduce.py's GPU pairs (``gpus``): per node, a pair below ``relative`` x that node's
+    fastest pair is slow, and a GPU in every slow pair of its node (of two or more) is named: one slow GPU of n is
+    in n - 1 of the n(n - 1)/2 pairs, so it is below the others while the fastest pair is two good ones."""
+    rows, problems = [], []
+    for node in dict.fromkeys(g["node"] for g in gpus):
+        mine = [g for g in gpus if g["node"] == node]
+        best = max(g["busbw_gbps"] for g in mine)
+        slow = []
+        for g in mine:
+            label = "%s GPU %s + %s" % (node, g["gpus"][0], g["gpus"][1])
+            verdict = "ok"
+            if relative and g["busbw_gbps"] < relative * best:
+                verdict = "SLOW (< %g x fastest pair of %s %.3g GB/s)" % (relative, node, best)
+                slow.append(g["gpus"])
+                problems.append("%s: all-reduce bus bandwidth %.3g GB/s is %s" % (label, g["busbw_gbps"],
+                                                                                  verdict.lower()))
+            rows.append([label, str(g["ranks"]), "%.1f" % (g["bytes"] / 2 ** 20), "%.3f" % (g["time_s"] * 1e3),
+                         "%.3g" % g["algbw_gbps"], "%.3g" % g["busbw_gbps"], verdict])
+        if len(slow) > 1:
+            for gpu in sorted(set.intersection(*(set(p) for p in slow))):
+                others = [g["busbw_gbps"] for g in mine if gpu not in g["gpus"]]
+                problems.append(
+                    "host %s GPU %s: every slow GPU pair of %s includes it (%.3g GB/s at best against %.3g GB/s "
+                    "between the others); check its links (nvidia-smi topo -m, nvidia-smi nvlink -s), clocks and "
+                    "errors (nvidia-smi -q), or leave it out with gpu_indices"
+                    % (node, gpu, node, max(g["busbw_gbps"] for g in mine if gpu in g["gpus"]),
+                       min(others) if others else best))
+    return rows, problems
+
+
 def check_health(data):
     """Judge allreduce.py's results. A measurement below ``min_busbw_gbps`` (GB/s) is a problem; so is a pair of
     nodes below ``relative`` x the fastest pair (the slow pair is named, and a node in every slow pair is named as
@@ -230,6 +262,9 @@ def check_health(data):
         common = set.intersection(*(set(p) for p in slow_pairs))
         for node in sorted(common):
             problems.append("host %s: every slow pair includes it; check its network interface and link" % node)
+    gpu_rows, gpu_problems = _gpu_health(results.get("gpus", []), float(data.get("gpu_relative") or 0))
+    rows += gpu_rows
+    problems += gpu_problems
     text = table(["test (%s)" % results.get("backend", "?"), "ranks", "MiB", "ms", "algbw GB/s", "busbw GB/s",
                   "verdict"], rows)
     return text + "\nbusbw = algbw x 2(n-1)/n, algbw = bytes / time (nccl-tests doc/PERFORMANCE.md, all-reduce)", problems

@@ -191,3 +191,24 @@ def test_health_floor_applies_to_all_ranks():
     results = {"backend": "gloo", "all": [health_result(2, 1.0)], "pairs": []}  # 16.8 MB/s
     _, problems = preflight.check_health({"results": results, "min_busbw_gbps": 0.1, "relative": 0.5})
     assert len(problems) == 1 and problems[0].startswith("all ranks: all-reduce bus bandwidth 0.0168 GB/s")
+
+
+def test_health_names_a_gpu_below_80_percent_of_the_others_on_its_node():
+    """Four GPUs of head-1: every pair with GPU 2 runs at 70 % of the others (its NVLink degraded, say): those
+    three pairs are slow and GPU 2 is named; worker-1's four are all within 80 % and pass. 80 % is the default."""
+    gpus = []
+    for node, slow in (("head-1", "2"), ("worker-1", None)):
+        for a, b in ((a, b) for i, a in enumerate("0123") for b in "0123"[i + 1:]):
+            seconds = 0.010 / (0.7 if slow in (a, b) else 1.0) * (1.0 if node == "head-1" else 1.1)
+            gpus.append(dict(health_result(2, seconds), node=node, gpus=[a, b]))
+    results = {"backend": "nccl", "all": [health_result(8, 0.02)], "pairs": [], "gpus": gpus}
+    text, problems = preflight.check_health({"results": results, "min_busbw_gbps": 0.0, "relative": 0.5,
+                                             "gpu_relative": 0.8})
+    assert [p.split(":")[0] for p in problems] == ["head-1 GPU 0 + 2", "head-1 GPU 1 + 2", "head-1 GPU 2 + 3",
+                                                   "host head-1 GPU 2"], problems
+    best = max(g["busbw_gbps"] for g in gpus if g["node"] == "head-1")
+    assert f"is slow (< 0.8 x fastest pair of head-1 {best:.3g} gb/s)" in problems[0], problems[0]
+    assert "every slow GPU pair of head-1 includes it" in problems[-1] and "gpu_indices" in problems[-1]
+    assert text.count("SLOW") == 3 and "worker-1 GPU 0 + 1" in text
+    _, ok = preflight.check_health({"results": results, "min_busbw_gbps": 0.0, "relative": 0.5, "gpu_relative": 0.6})
+    assert ok == []
