@@ -1,6 +1,7 @@
 """Prepare a training data artifact once, on the head node: raw text -> tokenizer + tokenized, grouped blocks.
 
-    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--world-size N] [--progress-file F]
+    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--rehash] [--world-size N] [--progress-file F]
+    python -m train.prepare_data --verify ARTIFACT_DIR [--rehash]
     python -m train.prepare_data --verify ARTIFACT_DIR
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
@@ -289,12 +290,14 @@ def _fingerprint_settings(settings: dict, source: corpus.Source) -> dict:
     return s
 
 
-def up_to_date(out: Path, settings: dict, fingerprint: str) -> tuple[bool, str]:
+def up_to_date(out: Path, settings: dict, fingerprint: str, rehash: bool = False) -> tuple[bool, str]:
     """Whether the artifact at ``out`` can be kept: (True, reason) when its MANIFEST verifies and its prepare.json
-    has DATA_FORMAT_VERSION, the same recorded data settings and the same source fingerprint; else (False, why)."""
+    has DATA_FORMAT_VERSION, the same recorded data settings and the same source fingerprint; else (False, why).
+    The MANIFEST check is artifact.verify's quick one (no hashing when nothing changed since the last passed
+    verification) unless ``rehash``."""
     if not out.exists():
         return False, "no artifact yet"
-    ok, why = artifact.verify(out)
+    ok, why = artifact.verify(out, quick=not rehash)
     if not ok:
         return False, f"existing artifact is invalid ({why})"
     try:
@@ -459,7 +462,7 @@ def _say_batches(job: dict, meta: dict, world_size: int) -> None:
     say(line)
 
 
-def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1) -> int:
+def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, rehash: bool = False) -> int:
     """Build (or find up to date) the artifact of the job file ``job_path`` at ``out``; returns 0.
 
     ``world_size`` (ranks, >= 1) only sizes the global batch in the corpus-size report (batch_report); it is not
@@ -479,7 +482,7 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1) 
     fp = corpus.fingerprint(source)
     recorded = _fingerprint_settings(settings, source)
     if not force:
-        fresh, why = up_to_date(out, recorded, fp)
+        fresh, why = up_to_date(out, recorded, fp, rehash=rehash)
         if fresh:
             _say_batches(job, json.loads((out / "prepare.json").read_text(encoding="utf-8")), world_size)
             say(f"{out} is up to date ({why}; same data settings and source); nothing to do")
@@ -556,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="artifact directory to create or refresh")
     p.add_argument("--force", action="store_true", help="rebuild even when the artifact is up to date")
     p.add_argument("--verify", metavar="ARTIFACT", help="only check ARTIFACT against its MANIFEST (exit 0 or 1)")
+    p.add_argument("--rehash", action="store_true",
+                   help="hash every file even when none changed (size, mtime) since the last passed verification")
     p.add_argument("--world-size", type=int, default=1, metavar="N",
                    help="ranks the job runs on (default 1): sizes the global batch in the corpus-size warning")
     p.add_argument("--progress-file", metavar="F",
@@ -570,13 +575,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.verify:
         if args.job or args.out:
             p.error("--verify takes no --job/--out")
-        ok, why = artifact.verify(Path(args.verify))
+        ok, why = artifact.verify(Path(args.verify), quick=not args.rehash)
         print(f"{'ok' if ok else 'FAILED'}: {args.verify}: {why}", file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
     if not args.job or not args.out:
         p.error("--job and --out are both required (or --verify ARTIFACT)")
     try:
-        return prepare(args.job, Path(args.out).resolve(), force=args.force, world_size=args.world_size)
+        return prepare(args.job, Path(args.out).resolve(), force=args.force, world_size=args.world_size,
+                       rehash=args.rehash)
     except (DataError, JobError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

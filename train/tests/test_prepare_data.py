@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,43 @@ def test_verify_detects_a_changed_file(bert_artifact, tmp_path):
     (copy / "tokenizer" / "stray.txt").write_text("x")
     proc = run_prepare("--verify", copy)
     assert proc.returncode == 1 and "not in MANIFEST" in proc.stderr
+
+
+def test_a_verified_artifact_is_not_hashed_again_until_a_file_changes(bert_artifact, tmp_path):
+    """train/artifact.py's stamp: once verified, an artifact whose files keep their sizes and mtimes passes
+    --verify without hashing (the reason says so); a file touched since is hashed again; a bit flipped with its
+    mtime put back (what the quick check cannot see) is caught by --rehash, and that failure drops the stamp."""
+    from train import artifact
+
+    copy = tmp_path / "copy"
+    shutil.copytree(bert_artifact, copy)
+    old = time.time() - 60  # data written a minute ago (one written within 2 s of a verification is always hashed)
+    for f in copy.rglob("*"):
+        os.utime(f, (old, old))
+    stamp = artifact.stamp_path(copy)
+    assert stamp == tmp_path / ".copy.verified.json" and not stamp.exists()
+    first = run_prepare("--verify", copy)
+    assert first.returncode == 0 and "files verified" in first.stdout and stamp.is_file(), first.stdout
+    again = run_prepare("--verify", copy)
+    assert again.returncode == 0 and "files unchanged since verified" in again.stdout, again.stdout
+    assert "files verified" in run_prepare("--verify", copy, "--rehash").stdout
+
+    arrow = next((copy / "dataset").glob("*.arrow"))
+    st = arrow.stat()
+    data = bytearray(arrow.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    arrow.write_bytes(bytes(data))
+    os.utime(arrow, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime: the quick check is blind
+    assert "files unchanged since verified" in run_prepare("--verify", copy).stdout
+    caught = run_prepare("--verify", copy, "--rehash")
+    assert caught.returncode == 1 and "sha256 mismatch" in caught.stderr and not stamp.exists(), caught.stderr
+    assert run_prepare("--verify", copy).returncode == 1  # no stamp: hashed, still wrong
+
+    shutil.copy2(bert_artifact / "dataset" / arrow.name, arrow)  # repaired
+    os.utime(copy / "prepare.json")  # touched now: within 2 s of the next verification, so hashed every time
+    for _ in range(2):
+        proc = run_prepare("--verify", copy)
+        assert proc.returncode == 0 and "files verified" in proc.stdout, proc.stdout
 
 
 def test_second_prepare_is_a_noop_and_changes_rebuild(tmp_path):

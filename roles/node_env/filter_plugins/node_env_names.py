@@ -1,6 +1,8 @@
 """Filters of the node_env role (role-local: available to its tasks and to tasks_from entry points)."""
 
 import difflib
+import json
+import re
 
 
 def node_env_closest_name(name, known, cutoff=0.6):
@@ -16,8 +18,44 @@ def node_env_closest_name(name, known, cutoff=0.6):
     return by_upper[match[0]] if match else ""
 
 
+def node_env_refused(env, known, name_re, collective_re, newline_re, quote_re, unknown_msg, unknown_hint):
+    """The refusals of the job environment ``env`` (dict name -> value): one line per refused variable,
+    ``Environment variable "NAME" (from ...) is refused: <problem>; <problem>.``, [] when every variable is fine.
+
+    A name must match ``name_re``; an NCCL_*/GLOO_* name (``collective_re``, any case) must be in ``known`` (else
+    ``unknown_msg``, the closest known name, ``unknown_hint``); a value must be a string or a number (not a
+    boolean) and must not contain a line break (``newline_re``), a character the launcher's quoting breaks on
+    (``quote_re``) or leading/trailing blanks. One filter call for the whole dict: the checks of tasks/vars.yml,
+    which runs three times per train.yml, without a task per variable."""
+    refused = []
+    for name, value in env.items():
+        name, text = str(name), str(value)
+        collective = re.match(collective_re, name, re.IGNORECASE) is not None
+        closest = node_env_closest_name(name, known) if collective else ""
+        problems = []
+        if not re.match(name_re, name):
+            problems.append("the name must match " + name_re
+                            + ((" (did you mean " + closest + "?)") if collective and closest else ""))
+        elif collective and name not in known:
+            problems.append(unknown_msg + "; " + (("the closest known name is " + closest) if closest
+                                                   else "no known name is close") + unknown_hint)
+        if not (isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))):
+            problems.append('the value must be a string or a number (quote booleans: "1" or "0")')
+        if re.search(newline_re, text):
+            problems.append("the value contains a newline (.deepspeed_env holds exactly one KEY=VALUE per line)")
+        if re.search(quote_re, text):
+            problems.append("the value contains a double quote, backquote, backslash or $ (the launcher wraps values "
+                            "in double quotes and the remote shell would expand them): write the value out literally")
+        if text != text.strip():
+            problems.append("the value has leading or trailing blanks (the launcher strips them)")
+        if problems:
+            refused.append('Environment variable %s (from node_env_extra, node_env_deepspeed_env_extra or the role) '
+                           "is refused: %s." % (json.dumps(name), "; ".join(problems)))
+    return refused
+
+
 class FilterModule:
-    """node_env_closest_name."""
+    """node_env_closest_name, node_env_refused."""
 
     def filters(self):
-        return {"node_env_closest_name": node_env_closest_name}
+        return {"node_env_closest_name": node_env_closest_name, "node_env_refused": node_env_refused}
