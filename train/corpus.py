@@ -243,6 +243,65 @@ def _tree_digest(root: Path, files: list[Path]) -> str:
     return h.hexdigest()
 
 
+def source_files(source: Source) -> list[Path] | None:
+    """The files whose contents ``fingerprint`` hashes, in its order (None for pydoc_topics and hub sources)."""
+    if source.kind in ("text_file", "text_dir", "table_file", "table_dir"):
+        return list(source.files)
+    if source.kind == "saved_dataset":
+        root = Path(source.path)
+        return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith((".", "cache-")))
+    return None
+
+
+_RACY_NS = 2_000_000_000  # a file modified this close to its hashing is hashed again (coarse mtimes)
+
+
+def _stat_state(source: Source) -> dict | None:
+    files = source_files(source)
+    if files is None:
+        return None
+    try:
+        return {"source": [source.kind, source.path, source.text_column, source.fmt],
+                "files": {str(p): [(st := p.stat()).st_size, st.st_mtime_ns] for p in files}}
+    except OSError:
+        return None
+
+
+def cached_fingerprint(source: Source, stamp: Path) -> str | None:
+    """The fingerprint ``record_fingerprint`` stored in ``stamp`` for ``source`` when the source's files still have
+    the names, sizes and mtimes they had then (and none was modified within 2 s of that hashing: a rewrite within
+    the file system's timestamp granularity could keep its mtime); else None (hash it: ``fingerprint``).
+    Re-hashing a 50 GB corpus at every run costs minutes; this is rsync's "quick check" instead."""
+    try:
+        recorded = json.loads(Path(stamp).read_text(encoding="utf-8"))
+        fp, at = recorded.pop("fingerprint"), recorded.pop("hashed_at_ns")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return None
+    state = _stat_state(source)
+    if state is None or state != recorded:
+        return None
+    if any(mtime >= at - _RACY_NS for _size, mtime in state["files"].values()):
+        return None
+    return fp
+
+
+def record_fingerprint(source: Source, stamp: Path, fp: str, hashed_at_ns: int) -> None:
+    """Store ``fp`` with the source files' names, sizes and mtimes in ``stamp`` (atomically) for
+    ``cached_fingerprint``; ``hashed_at_ns`` is time.time_ns() from before the hashing began. Nothing is stored for
+    sources without files, or when the stamp cannot be written (the next run hashes again)."""
+    state = _stat_state(source)
+    if state is None:
+        return
+    stamp = Path(stamp)
+    tmp = stamp.with_name(stamp.name + ".tmp")
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(dict(state, fingerprint=fp, hashed_at_ns=hashed_at_ns)), encoding="utf-8")
+        os.replace(tmp, stamp)
+    except OSError:
+        pass
+
+
 def fingerprint_tree(root: Path, skip_prefixes: tuple[str, ...] = (".",)) -> str:
     """sha256 over the relative names and contents of every file under root (names starting with skip_prefixes
     are left out)."""

@@ -2,7 +2,6 @@
 
     python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--rehash] [--world-size N] [--progress-file F]
     python -m train.prepare_data --verify ARTIFACT_DIR [--rehash]
-    python -m train.prepare_data --verify ARTIFACT_DIR
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
 
@@ -466,7 +465,9 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
     """Build (or find up to date) the artifact of the job file ``job_path`` at ``out``; returns 0.
 
     ``world_size`` (ranks, >= 1) only sizes the global batch in the corpus-size report (batch_report); it is not
-    part of the artifact.
+    part of the artifact. The source's fingerprint is reused from the last run when its files kept their names,
+    sizes and mtimes (corpus.cached_fingerprint), and the artifact is not hashed again when unchanged since it last
+    verified (artifact.verify quick); ``rehash`` hashes both anyway.
 
     Raises:
         JobError: the job file is missing, unreadable or invalid (train.job.load_job).
@@ -478,14 +479,23 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
     source = corpus.open_source(settings["dataset_path"], settings["text_column"])
     if source.kind != "hub":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing else here downloads; make sure nothing tries
-    say(f"fingerprinting {source.description}")
-    fp = corpus.fingerprint(source)
+    stamp = out.parent / f".{out.name}.source.json"  # beside the artifact, on the head's local disk
+    fp = None if rehash or force else corpus.cached_fingerprint(source, stamp)
+    hashed_at = None  # set when hashed now: recorded in the stamp once the artifact is up to date or built
+    if fp is None:
+        say(f"fingerprinting {source.description}")
+        hashed_at = time.time_ns()
+        fp = corpus.fingerprint(source)
+    else:
+        say(f"{source.description}: unchanged since fingerprinted (file names, sizes, mtimes; {stamp.name})")
     recorded = _fingerprint_settings(settings, source)
     if not force:
         fresh, why = up_to_date(out, recorded, fp, rehash=rehash)
         if fresh:
             _say_batches(job, json.loads((out / "prepare.json").read_text(encoding="utf-8")), world_size)
             say(f"{out} is up to date ({why}; same data settings and source); nothing to do")
+            if hashed_at is not None:
+                corpus.record_fingerprint(source, stamp, fp, hashed_at)
             return 0
         say(f"building {out}: {why}")
     stage = artifact.staging_dir(out)
@@ -537,6 +547,8 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    if hashed_at is not None:
+        corpus.record_fingerprint(source, stamp, fp, hashed_at)
     _say_batches(job, meta, world_size)
     say(f"built {out}: {blocks} blocks x {settings['max_seq_length']} tokens = {meta['tokens']} tokens, "
         f"vocab {meta['vocab_size']}" + (f" of {meta['vocab_size_requested']} asked" if meta['vocab_size_requested']
@@ -560,7 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="rebuild even when the artifact is up to date")
     p.add_argument("--verify", metavar="ARTIFACT", help="only check ARTIFACT against its MANIFEST (exit 0 or 1)")
     p.add_argument("--rehash", action="store_true",
-                   help="hash every file even when none changed (size, mtime) since the last passed verification")
+                   help="hash the source and the artifact even where no file changed (name, size, mtime) since they "
+                        "were last hashed")
     p.add_argument("--world-size", type=int, default=1, metavar="N",
                    help="ranks the job runs on (default 1): sizes the global batch in the corpus-size warning")
     p.add_argument("--progress-file", metavar="F",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -110,17 +111,26 @@ def test_a_changed_table_file_rebuilds_and_an_unchanged_one_does_not(tmp_path):
     shards.mkdir()
     Dataset.from_dict({"text": paras[:150]}).to_json(str(shards / "a.jsonl"), lines=True)
     Dataset.from_dict({"text": paras[150:]}).to_json(str(shards / "b.jsonl"), lines=True)
+    old = time.time() - 60  # written a minute ago (a file written within 2 s of its hashing is always re-hashed)
+    for f in shards.iterdir():
+        os.utime(f, (old, old))
     job = write_job(tmp_path / "job.json", dataset_path=str(shards), vocab_size=600)
     out = tmp_path / "art"
     _ok(job, out)
     assert "up to date" in _ok(job, out).stdout.strip().splitlines()[-1]
-    # same size, same mtime, one character different: the content is what counts
+    # same size, same mtime, one character different: the quick check (names, sizes, mtimes) cannot see it, the
+    # content hash of --rehash (train_stage_rehash_data) does
     b = shards / "b.jsonl"
     st = b.stat()
     data = b.read_text(encoding="utf-8")
     i = data.index("the")
     b.write_text(data[:i] + "THE" + data[i + 3:], encoding="utf-8")
     os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert "up to date" in _ok(job, out).stdout.strip().splitlines()[-1]
+    proc = _run("--job", job, "--out", out, "--rehash")
+    assert proc.returncode == 0 and "source data changed" in proc.stdout, proc.stdout
+    # an edit that changes the mtime (any editor, any copy) is found without it
+    b.write_text(data, encoding="utf-8")
     proc = _ok(job, out)
     assert "source data changed" in proc.stdout, proc.stdout
     # a new shard rebuilds too

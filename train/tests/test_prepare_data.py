@@ -65,6 +65,42 @@ def test_text_directory_source(tmp_path):
     assert meta["blocks"] > 100 and meta["tokens"] == meta["blocks"] * 32
 
 
+def test_an_unchanged_source_is_not_hashed_again_and_a_changed_one_rebuilds(tmp_path):
+    """The source's fingerprint is reused while its files keep their names, sizes and mtimes (the second run says
+    so and does not say "fingerprinting"); a file appended to rebuilds; a same-size edit with its mtime put back is
+    found by --rehash (rebuilt: source data changed)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    paras = _pydoc_paragraphs(300)
+    (corpus / "a.txt").write_text("\n\n".join(paras[:150]), encoding="utf-8")
+    (corpus / "b.txt").write_text("\n\n".join(paras[150:]), encoding="utf-8")
+    old = time.time() - 60
+    for f in corpus.iterdir():
+        os.utime(f, (old, old))
+    job = write_job(tmp_path / "job.json", dataset_path=str(corpus), vocab_size=600, max_seq_length=32)
+    art = tmp_path / "art"
+    first = prepare_or_fail(job, art)
+    assert "fingerprinting" in first.stdout and (tmp_path / ".art.source.json").is_file(), first.stdout
+    again = prepare_or_fail(job, art)
+    assert "fingerprinting" not in again.stdout and "unchanged since fingerprinted" in again.stdout, again.stdout
+    assert "is up to date" in again.stdout
+
+    b = corpus / "b.txt"
+    st = b.stat()
+    text = b.read_text(encoding="utf-8")
+    b.write_text(text.replace("the", "THE", 1), encoding="utf-8")  # same size
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert "is up to date" in prepare_or_fail(job, art).stdout  # the quick check cannot see it
+    found = run_prepare("--job", job, "--out", art, "--rehash")
+    assert found.returncode == 0 and "fingerprinting" in found.stdout and "source data changed" in found.stdout, \
+        found.stdout
+
+    with open(b, "a", encoding="utf-8") as f:
+        f.write("\n\nOne more paragraph of text at the end of the corpus.")
+    grown = prepare_or_fail(job, art)
+    assert "fingerprinting" in grown.stdout and "source data changed" in grown.stdout, grown.stdout
+
+
 def test_text_file_and_saved_dataset_sources_give_the_same_blocks(tmp_path):
     from datasets import Dataset, DatasetDict, load_from_disk
     from transformers import AutoTokenizer
@@ -184,7 +220,9 @@ def test_second_prepare_is_a_noop_and_changes_rebuild(tmp_path):
     (out / "prepare.json").write_text("{}")
     proc = prepare_or_fail(job2, out)
     assert "invalid" in proc.stdout and run_prepare("--verify", out).returncode == 0
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    # no staging directory or temporary file is left; only the two stamps (artifact verified, source fingerprinted)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [".art.source.json",
+                                                                                     ".art.verified.json"]
 
 
 # ------------------------------------------------------------------------------------------------- tokenizers
