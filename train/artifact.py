@@ -96,7 +96,7 @@ def verify(root: Path, quick: bool = False) -> tuple[bool, str]:
             started = recorded.pop("verified_at_ns")
         except (OSError, ValueError, KeyError, AttributeError):
             recorded = None
-        if recorded is not None and recorded == _state(root) and all(
+        if recorded is not None and recorded == _state(root) and isinstance(started, int) and all(
                 mtime < started - _RACY_NS for _size, mtime in recorded["files"].values()):
             return True, (f"{len(recorded['files'])} files unchanged since verified (MANIFEST, sizes, mtimes; "
                           f"{stamp.name})")

@@ -152,18 +152,19 @@ def run_row(run: dict) -> dict:
 def scaling(rows: list[dict]) -> list[dict]:
     """Weak-scaling rows of every series (see the module docstring) from run_row dicts.
 
-    Rows without a ``series``, a world size or a steady samples/s are left out. Returns, per series in order of
+    Rows without a ``series``, a world size or a steady samples/s are left out; of several rows of one series and
+    world size (a call repeated on the same machine) the last one counts. Returns, per series in order of
     first appearance and by world size: {"series", "world_size", "samples_per_second", "per_gpu" (samples/s per
     rank), "speedup", "efficiency" (fractions, rounded to 4 places), "per_gpu_batch" (micro x accumulation),
-    "label", "note"}. A run whose per-GPU batch differs from the base run's gets no efficiency (None) and a note:
+    "label", "base_world_size", "note"}. A run whose per-GPU batch differs from the base run's gets no efficiency (None) and a note:
     a different batch per GPU is not the same work per GPU."""
-    series: dict[str, list[dict]] = {}
+    series: dict[str, dict[int, dict]] = {}
     for r in rows:
         if r.get("series") and r.get("world_size") and r.get("samples_per_second"):
-            series.setdefault(r["series"], []).append(r)
+            series.setdefault(r["series"], {})[r["world_size"]] = r
     out = []
-    for name, runs in series.items():
-        runs = sorted(runs, key=lambda r: r["world_size"])
+    for name, by_world in series.items():
+        runs = [by_world[w] for w in sorted(by_world)]
         base = runs[0]
         base_per_gpu = base["samples_per_second"] / base["world_size"]
 
@@ -179,6 +180,7 @@ def scaling(rows: list[dict]) -> list[dict]:
                 "per_gpu_batch": f"{r.get('micro_batch')} x {r.get('accumulation')}",
                 "speedup": round(r["samples_per_second"] / base["samples_per_second"], 4) if same else None,
                 "efficiency": round(per_gpu / base_per_gpu, 4) if same else None,
+                "base_world_size": base["world_size"],
                 "note": None if same else (f"per-GPU batch {batch(r)[0]} x {batch(r)[1]} differs from the "
                                            f"{base['world_size']}-rank run's {batch(base)[0]} x {batch(base)[1]}"),
             })
@@ -279,9 +281,11 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
                   r["launcher_start_to_first_step_s"] <= 20)
     for name in dict.fromkeys(r["series"] for r in scaled):
         top = [r for r in scaled if r["series"] == name][-1]
-        if top["world_size"] > min(r["world_size"] for r in scaled if r["series"] == name):
+        if top["world_size"] > top["base_world_size"]:
             eff = top["efficiency"]
-            check(f"{name}: scaling efficiency at {top['world_size']} GPUs >= 95 %",
+            base = top["base_world_size"]
+            check(f"{name}: scaling efficiency at {top['world_size']} GPUs "
+                  f"(per GPU against {base} GPU{'s' if base > 1 else ''}) >= 95 %",
                   "—" if eff is None else f"{100 * eff:.1f} %", eff is not None and eff >= 0.95)
     gpu = next((r["gpu"] for r in rows if r["gpu"]), None)
     versions = next((r["versions"] for r in rows if r["versions"]), None)

@@ -278,7 +278,7 @@ def cached_fingerprint(source: Source, stamp: Path) -> str | None:
     except (OSError, ValueError, KeyError, AttributeError):
         return None
     state = _stat_state(source)
-    if state is None or state != recorded:
+    if state is None or state != recorded or not isinstance(at, int):
         return None
     if any(mtime >= at - _RACY_NS for _size, mtime in state["files"].values()):
         return None

@@ -570,7 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job", help="resolved job (JSON, from `python -m train.job resolve`)")
     p.add_argument("--out", help="artifact directory to create or refresh")
     p.add_argument("--force", action="store_true", help="rebuild even when the artifact is up to date")
-    p.add_argument("--verify", metavar="ARTIFACT", help="only check ARTIFACT against its MANIFEST (exit 0 or 1)")
+    p.add_argument("--verify", metavar="ARTIFACT",
+                   help="only check ARTIFACT against its MANIFEST (exit 0 or 1); files unchanged (name, size, mtime) "
+                        "since its last passed check are not hashed again unless --rehash")
     p.add_argument("--rehash", action="store_true",
                    help="hash the source and the artifact even where no file changed (name, size, mtime) since they "
                         "were last hashed")

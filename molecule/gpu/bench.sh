@@ -90,9 +90,10 @@ bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
 # data-parallel scaling (issue 12): each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
 # (the preset's micro batch, no accumulation): weak scaling, train.bench's "scaling" table and efficiency target
+# DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-for n in 1 2 4 8; do
-  [ "$n" -le "$GPUS" ] || break
+for n in ${DSC_BENCH_SCALING_GPUS:-1 2 4 8}; do
+  [ "$n" -le "$GPUS" ] || continue
   SERIES="bert defaults, per-GPU micro batch" bench_run scaling "bert, $n GPU(s)" "bench-scale-bert-$n-$STAMP" "" \
     "${BERT[@]}" -e max_steps=60 "${COMMON[@]}" -e slots=$n -e train_batch_size=null -e gradient_accumulation_steps=1
   SERIES="gpt2 defaults, per-GPU micro batch" bench_run scaling "gpt2, $n GPU(s)" "bench-scale-gpt2-$n-$STAMP" "" \

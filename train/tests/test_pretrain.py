@@ -213,10 +213,16 @@ def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_artifact, bert_
     efficiency = sps[2] / 2 / sps[1]
     assert rows[1]["efficiency"] == pytest.approx(efficiency, abs=1e-4), (rows, sps)
     verdict = "met" if efficiency >= 0.95 else "missed"
-    assert f"bert tiny (CPU): scaling efficiency at 2 GPUs >= 95 %: {100 * efficiency:.1f} % — {verdict}" in \
+    assert f"bert tiny (CPU): scaling efficiency at 2 GPUs (per GPU against 1 GPU) >= 95 %: {100 * efficiency:.1f} % " \
+        f"— {verdict}" in \
         data["targets"], data["targets"]
     md = (tmp_path / "rep" / "scaling.md").read_text()
     assert f"| bert tiny (CPU) | 2 | {sps[2]:,.1f} | {sps[2] / 2:,.1f} | 8 x 1 | " in md, md
+
+    # a repeated run of one world size replaces the earlier one (the last record counts)
+    again = data["runs"] + [dict(data["runs"][0], samples_per_second=2 * data["runs"][0]["samples_per_second"])]
+    twice = bench.scaling(again)
+    assert [r["world_size"] for r in twice] == [1, 2] and twice[1]["samples_per_second"] == 2 * sps[2], twice
 
     other = [dict(r, micro_batch=16) if r["world_size"] == 2 else r for r in data["runs"]]
     mixed = bench.scaling(other)

@@ -11,10 +11,11 @@ writes RESULTS.json::
      "pairs": [{"nodes": ["head-1", "worker-1"], "ranks": 4, ...}],
      "gpus":  [{"node": "head-1", "gpus": ["0", "1"], "ranks": 2, ...}]}
 
-"gpus" names a rank's device as CUDA_VISIBLE_DEVICES lists it (the launcher's --include / gpu_indices), else its
-local rank. The pairs of all nodes are measured at the same time, one pair per node at a time (disjoint groups), so
-the test takes as long on 64 nodes as on one; with two ranks on a node its one pair is that node's whole and a slow
-GPU could not be told from the other, so none is measured.
+"gpus" (with CUDA, or --gpu-pairs always) names a rank's device as CUDA_VISIBLE_DEVICES lists it (the launcher's
+--include / gpu_indices), else its local rank. The pairs of all nodes are measured at the same time, one pair per
+node at a time (disjoint groups), so the measuring takes as long on 64 nodes as on one (creating the groups, a
+world-wide call each, does not); with two ranks on a node its one pair is that node's whole and a slow GPU could
+not be told from the other, so none is measured.
 
 Formula (nccl-tests doc/PERFORMANCE.md, AllReduce): algbw = S / t with S the buffer size in bytes and t the mean
 time of one all-reduce in seconds; busbw = algbw * 2 (n - 1) / n with n the ranks taking part. Units: GB/s = 1e9
@@ -83,6 +84,9 @@ def main():
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--nodes", default="", help="node names in hostfile order (comma-separated)")
+    parser.add_argument("--gpu-pairs", choices=["auto", "always", "never"], default="auto",
+                        help="measure every pair of a node's ranks (3+ ranks): auto = on CUDA only (gloo's CPU "
+                             "ranks share the same cores and memory: their pairs say nothing of a device)")
     parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
     args = parser.parse_args()
 
@@ -122,7 +126,9 @@ def main():
     elif pairs and rank == 0:  # two nodes: the pair is the whole world
         results["pairs"].append(dict(results["all"][0], nodes=list(nodes)))
 
-    results["gpus"] = gpu_pairs(tensor, names, rank, args.local_rank, args.iters, args.warmup, device)
+    pairs_wanted = args.gpu_pairs == "always" or (args.gpu_pairs == "auto" and cuda)
+    results["gpus"] = (gpu_pairs(tensor, names, rank, args.local_rank, args.iters, args.warmup, device)
+                       if pairs_wanted else [])
 
     gathered = [None] * world
     dist.all_gather_object(gathered, (results["pairs"], results["gpus"]))

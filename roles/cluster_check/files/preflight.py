@@ -213,8 +213,8 @@ def _gpu_health(gpus, relative):
             if relative and g["busbw_gbps"] < relative * best:
                 verdict = "SLOW (< %g x fastest pair of %s %.3g GB/s)" % (relative, node, best)
                 slow.append(g["gpus"])
-                problems.append("%s: all-reduce bus bandwidth %.3g GB/s is %s" % (label, g["busbw_gbps"],
-                                                                                  verdict.lower()))
+                problems.append("%s: all-reduce bus bandwidth %.3g GB/s is below %g x the fastest pair of %s "
+                                "(%.3g GB/s)" % (label, g["busbw_gbps"], relative, node, best))
             rows.append([label, str(g["ranks"]), "%.1f" % (g["bytes"] / 2 ** 20), "%.3f" % (g["time_s"] * 1e3),
                          "%.3g" % g["algbw_gbps"], "%.3g" % g["busbw_gbps"], verdict])
         if len(slow) > 1:

@@ -49,14 +49,15 @@ def test_all_ranks_and_every_pair_of_nodes(tmp_path, nnodes):
 
 
 def test_every_pair_of_ranks_of_a_node_with_three(tmp_path):
-    """One node of three ranks (as three GPUs) with CUDA_VISIBLE_DEVICES=4,5,6 (gpu_indices): the three pairs of
-    its ranks are measured and named by those device numbers."""
+    """One node of three ranks (as three GPUs: --gpu-pairs always, since without CUDA the default leaves them out)
+    with CUDA_VISIBLE_DEVICES=4,5,6 (gpu_indices): the three pairs of its ranks are measured and named by those
+    device numbers."""
     port, out = free_port(), tmp_path / "allreduce.json"
     env = dict(os.environ, CROSS_RANK="0", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="4,5,6")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "3", "--master_addr",
          "127.0.0.1", "--master_port", str(port), SCRIPT, "--out", str(out), "--nodes", "head-1", "--mib", "1",
-         "--iters", "3", "--warmup", "1"], env=env, capture_output=True, text=True, timeout=300)
+         "--iters", "3", "--warmup", "1", "--gpu-pairs", "always"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads(out.read_text())
     assert results["world_size"] == 3 and results["pairs"] == []
@@ -64,3 +65,9 @@ def test_every_pair_of_ranks_of_a_node_with_three(tmp_path):
         ("head-1", ("4", "5")), ("head-1", ("4", "6")), ("head-1", ("5", "6"))], results["gpus"]
     for g in results["gpus"]:
         assert g["ranks"] == 2 and g["bytes"] == 2 ** 20 and g["busbw_gbps"] == pytest.approx(g["algbw_gbps"])
+    # the default (auto) measures pairs on CUDA only: three CPU ranks share one machine's cores and memory
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "3", "--master_addr",
+         "127.0.0.1", "--master_port", str(free_port()), SCRIPT, "--out", str(out), "--nodes", "head-1", "--mib", "1",
+         "--iters", "2", "--warmup", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads(out.read_text())["gpus"] == [], proc.stdout + proc.stderr

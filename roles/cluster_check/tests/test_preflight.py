@@ -207,7 +207,7 @@ def test_health_names_a_gpu_below_80_percent_of_the_others_on_its_node():
     assert [p.split(":")[0] for p in problems] == ["head-1 GPU 0 + 2", "head-1 GPU 1 + 2", "head-1 GPU 2 + 3",
                                                    "host head-1 GPU 2"], problems
     best = max(g["busbw_gbps"] for g in gpus if g["node"] == "head-1")
-    assert f"is slow (< 0.8 x fastest pair of head-1 {best:.3g} gb/s)" in problems[0], problems[0]
+    assert f"is below 0.8 x the fastest pair of head-1 ({best:.3g} GB/s)" in problems[0], problems[0]
     assert "every slow GPU pair of head-1 includes it" in problems[-1] and "gpu_indices" in problems[-1]
     assert text.count("SLOW") == 3 and "worker-1 GPU 0 + 1" in text
     _, ok = preflight.check_health({"results": results, "min_busbw_gbps": 0.0, "relative": 0.5, "gpu_relative": 0.6})
