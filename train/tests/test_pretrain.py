@@ -32,6 +32,16 @@ def bert_2ranks(bert_artifact, tmp_path_factory):
             "metrics": json.loads((out / "metrics.json").read_text())}
 
 
+@pytest.fixture(scope="module")
+def bert_1rank(bert_artifact, tmp_path_factory):
+    """The same tiny BERT and per-rank batch (micro 8 x 1) on 1 rank, 8 steps, a loss logged every step."""
+    work = tmp_path_factory.mktemp("bert-1rank")
+    (work / "job.json").write_text(json.dumps(job_dict(run_name="bert-test-1rank")))
+    out = work / "output"
+    launch(1, pretrain_args(bert_artifact, out, ds_config(work / "ds.json"), max_steps=8, logging_steps=1), work)
+    return {"out": out, "metrics": json.loads((out / "metrics.json").read_text())}
+
+
 def test_two_ranks_are_two_ranks(bert_2ranks):
     """Trap a: the Trainer sees world size 2 and each rank gets its own batches."""
     m = bert_2ranks["metrics"]
@@ -108,13 +118,10 @@ def test_saved_model_reloads_and_fills_a_mask(bert_2ranks, bert_artifact):
     assert loss < bert_2ranks["metrics"]["first_loss"] - 0.2, (loss, bert_2ranks["metrics"]["first_loss"])
 
 
-def test_loss_does_not_depend_on_world_size(bert_artifact, bert_2ranks, tmp_path):
+def test_loss_does_not_depend_on_world_size(bert_artifact, bert_1rank, bert_2ranks):
     """Trap b: same data, seed and micro batch at 1 rank; the first logged loss must agree with the 2-rank run's
     (a factor 2 would not) and both must be near ln(V), the loss of a freshly initialised model."""
-    out = tmp_path / "output"
-    args = pretrain_args(bert_artifact, out, ds_config(tmp_path / "ds.json"), max_steps=2, logging_steps=1)
-    launch(1, args, tmp_path)
-    one = json.loads((out / "metrics.json").read_text())
+    one = bert_1rank["metrics"]
     two = bert_2ranks["metrics"]
     assert one["world_size"] == one["trainer_world_size"] == 1
     vocab = json.loads((bert_artifact / "prepare.json").read_text())["vocab_size"]
@@ -188,17 +195,13 @@ def test_perf_json_steady_window_and_profile(bert_artifact, tmp_path):
     assert "aten::" in text
 
 
-def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_artifact, bert_2ranks, tmp_path):
+def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_1rank, bert_2ranks, tmp_path):
     """train.bench's data-parallel scaling (issue 12) from two real CPU runs of the same per-rank batch, 1 and 2
     ranks: the report's efficiency is the per-rank throughput ratio of their perf.json files, the target line and
     the table say it; a run with another per-rank batch gets no efficiency, and says why."""
     from train import bench
 
-    one = tmp_path / "one"
-    one.mkdir()
-    (one / "job.json").write_text(json.dumps(job_dict(run_name="bert-test-1rank")))
-    launch(1, pretrain_args(bert_artifact, one / "output", ds_config(one / "ds.json"), max_steps=BERT_STEPS), one)
-    two = bert_2ranks["out"].parent
+    one, two = bert_1rank["out"].parent, bert_2ranks["out"].parent
     records = [{"label": f"bert tiny, {n} rank(s)", "run_name": d.name, "command": f"launch({n})",
                 "series": "bert tiny (CPU)", "run_dirs": [str(d)]} for n, d in ((2, two), (1, one))]
     (tmp_path / "runs.json").write_text(json.dumps(records))
