@@ -87,6 +87,11 @@ def test_an_unchanged_source_is_not_hashed_again_and_a_changed_one_rebuilds(tmp_
 
     b = corpus / "b.txt"
     st = b.stat()
+    a = corpus / "a.txt"
+    with open(a, "a", encoding="utf-8") as f:  # longer, the old mtime put back: the size alone gives it away
+        f.write("\n\nAnother paragraph at the end of the first file of the corpus.")
+    os.utime(a, (old, old))
+    assert "source data changed" in prepare_or_fail(job, art).stdout
     text = b.read_text(encoding="utf-8")
     b.write_text(text.replace("the", "THE", 1), encoding="utf-8")  # same size
     os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -179,6 +184,14 @@ def test_a_verified_artifact_is_not_hashed_again_until_a_file_changes(bert_artif
 
     arrow = next((copy / "dataset").glob("*.arrow"))
     st = arrow.stat()
+    with open(arrow, "ab") as f:  # one byte more, the old mtime put back: the size alone gives it away
+        f.write(b"x")
+    os.utime(arrow, ns=(st.st_atime_ns, st.st_mtime_ns))
+    grown = run_prepare("--verify", copy)
+    assert grown.returncode == 1 and "sha256 mismatch" in grown.stderr, grown.stdout + grown.stderr
+    shutil.copy2(bert_artifact / "dataset" / arrow.name, arrow)
+    os.utime(arrow, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert "files verified" in run_prepare("--verify", copy).stdout
     data = bytearray(arrow.read_bytes())
     data[len(data) // 2] ^= 0x01
     arrow.write_bytes(bytes(data))
