@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 MANIFEST = "MANIFEST"
-_RACY_NS = 2_000_000_000  # files modified this close to a verification are hashed again (coarse mtimes, FAT's 2 s)
+RACY_NS = 2_000_000_000  # files modified this close to their hashing are hashed again (coarse mtimes, FAT's 2 s)
 _CHUNK = 1 << 20
 
 
@@ -65,6 +65,18 @@ def write_manifest(root: Path) -> Path:
     return root / MANIFEST
 
 
+def write_stamp(stamp: Path, data: dict) -> None:
+    """Write a quick-check stamp (JSON) by rename; an unwritable place is ignored: the next run hashes again."""
+    stamp = Path(stamp)
+    tmp = stamp.with_name(stamp.name + ".tmp")
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, stamp)
+    except OSError:
+        pass
+
+
 def stamp_path(root: Path) -> Path:
     """Where ``verify`` records a passed verification of ``root``: ``<parent>/.<name>.verified.json``."""
     root = Path(root)
@@ -97,7 +109,7 @@ def verify(root: Path, quick: bool = False) -> tuple[bool, str]:
         except (OSError, ValueError, KeyError, AttributeError):
             recorded = None
         if recorded is not None and recorded == _state(root) and isinstance(started, int) and all(
-                mtime < started - _RACY_NS for _size, mtime in recorded["files"].values()):
+                mtime < started - RACY_NS for _size, mtime in recorded["files"].values()):
             return True, (f"{len(recorded['files'])} files unchanged since verified (MANIFEST, sizes, mtimes; "
                           f"{stamp.name})")
     started = time.time_ns()
@@ -105,12 +117,7 @@ def verify(root: Path, quick: bool = False) -> tuple[bool, str]:
     if ok:
         state = _state(root)
         if state is not None:
-            tmp = stamp.with_name(stamp.name + ".tmp")
-            try:
-                tmp.write_text(json.dumps(dict(state, verified_at_ns=started)), encoding="utf-8")
-                os.replace(tmp, stamp)
-            except OSError:
-                pass  # a read-only parent: the next run hashes again
+            write_stamp(stamp, dict(state, verified_at_ns=started))
     else:
         try:
             stamp.unlink()

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train.artifact import sha256_file
+from train.artifact import RACY_NS, sha256_file, write_stamp
 
 MAX_DOC_CHARS = 20_000  # a "paragraph" longer than this (e.g. a file without blank lines) is cut here
 _HASH_CHUNK = 1 << 20
@@ -253,9 +253,6 @@ def source_files(source: Source) -> list[Path] | None:
     return None
 
 
-_RACY_NS = 2_000_000_000  # a file modified this close to its hashing is hashed again (coarse mtimes)
-
-
 def _stat_state(source: Source) -> dict | None:
     files = source_files(source)
     if files is None:
@@ -280,7 +277,7 @@ def cached_fingerprint(source: Source, stamp: Path) -> str | None:
     state = _stat_state(source)
     if state is None or state != recorded or not isinstance(at, int):
         return None
-    if any(mtime >= at - _RACY_NS for _size, mtime in state["files"].values()):
+    if any(mtime >= at - RACY_NS for _size, mtime in state["files"].values()):
         return None
     return fp
 
@@ -292,14 +289,7 @@ def record_fingerprint(source: Source, stamp: Path, fp: str, hashed_at_ns: int) 
     state = _stat_state(source)
     if state is None:
         return
-    stamp = Path(stamp)
-    tmp = stamp.with_name(stamp.name + ".tmp")
-    try:
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(dict(state, fingerprint=fp, hashed_at_ns=hashed_at_ns)), encoding="utf-8")
-        os.replace(tmp, stamp)
-    except OSError:
-        pass
+    write_stamp(stamp, dict(state, fingerprint=fp, hashed_at_ns=hashed_at_ns))
 
 
 def fingerprint_tree(root: Path, skip_prefixes: tuple[str, ...] = (".",)) -> str:
