@@ -108,6 +108,27 @@ def model_flops_per_token(n_params: int, layers: int, hidden: int, seq: int) -> 
     return 6.0 * n_params + 12.0 * layers * hidden * seq
 
 
+#: the start-up phases of a row: (name, perf.json "startup" key it ends at); each starts where the one before ends,
+#: the first at the launcher's first log line (the DeepSpeed launcher's start)
+STARTUP_PHASES = (("launcher to rank process", "process_start"), ("imports", "imports_done"),
+                  ("arguments, device, process group", "arguments_parsed"), ("data", "data_loaded"),
+                  ("model", "model_built"), ("Trainer", "trainer_built"),
+                  ("DeepSpeed init, optimizer, dataloader", "train_begin"), ("first optimizer step", "first_step_end"))
+
+
+def startup_phases(startup: dict, launch: float | None) -> list[list]:
+    """[[phase, seconds], ...] from perf.json's "startup" times (Unix s) and the launcher's start; a phase whose
+    ends are unknown is left out."""
+    out, before = [], launch
+    for name, key in STARTUP_PHASES:
+        at = startup.get(key)
+        if isinstance(at, (int, float)):
+            if isinstance(before, (int, float)):
+                out.append([name, round(at - before, 2)])
+            before = at
+    return out
+
+
 def run_row(run: dict) -> dict:
     """One benchmark row from a run's files (see the module docstring); missing values are None."""
     dirs = run["run_dirs"]
@@ -135,7 +156,9 @@ def run_row(run: dict) -> dict:
         "micro_batch": perf.get("per_device_train_batch_size"), "accumulation": perf.get("gradient_accumulation_steps"),
         "precision": job.get("precision"), "autocast": job.get("autocast"), "optimizer": job.get("optimizer"),
         "zero_stage": job.get("zero_stage"), "offload_optimizer": job.get("offload_optimizer"),
-        "torch_compile": job.get("torch_compile"), "mlm_head": job.get("mlm_head"), "attention": job.get("attention"),
+        "torch_compile": job.get("torch_compile"), "regional_compilation": job.get("regional_compilation"),
+        "startup_phases": startup_phases(perf.get("startup") or {}, launch),
+        "mlm_head": job.get("mlm_head"), "attention": job.get("attention"),
         "peak_memory_allocated_gib": _gib(perf.get("peak_memory_allocated_bytes")),
         "peak_memory_reserved_gib": _gib(perf.get("peak_memory_reserved_bytes")),
         "playbook_start_to_first_step_s": round(first - start, 1) if first and start else None,
@@ -216,7 +239,8 @@ def markdown(report: dict) -> str:
     for r in report["runs"]:
         lines.append(f"- {r['label']}: `{r['command']}` — {r['precision']}{' via torch_autocast' if r['autocast'] else ''}, "
                      f"optimizer {r['optimizer']}, ZeRO-{r['zero_stage']}, offload {r['offload_optimizer']}, "
-                     f"compile {r['torch_compile']}, MLM head {r['mlm_head']}, {r['attention']}; loss "
+                     f"compile {r['torch_compile']}{' (regional)' if r.get('regional_compilation') else ''}, "
+                     f"MLM head {r['mlm_head']}, {r['attention']}; loss "
                      f"{r['first_loss']} → {r['last_loss']} in {r['steps']} steps")
     lines += ["", f"Versions: {json.dumps(report['versions'])}", ""]
     if report.get("targets"):
@@ -230,6 +254,12 @@ def markdown(report: dict) -> str:
             eff = f"{100 * r['efficiency']:.1f} %" if r["efficiency"] is not None else f"— ({r['note']})"
             lines.append(f"| {r['series']} | {r['world_size']} | {r['samples_per_second']:,.1f} | "
                          f"{r['per_gpu']:,.1f} | {r['per_gpu_batch']} | {_fmt(r['speedup'], '.2f')}{'x' if r['speedup'] is not None else ''} | {eff} |")
+        lines.append("")
+    phased = [r for r in report["runs"] if r.get("startup_phases")]
+    if phased:
+        lines += ["Start-up, launcher start -> first step end (seconds per phase, rank 0):", ""]
+        for r in phased:
+            lines.append(f"- {r['label']}: " + ", ".join(f"{name} {sec:.1f}" for name, sec in r["startup_phases"]))
         lines.append("")
     profiled = [r for r in report["runs"] if r.get("profile_window")]
     if profiled:

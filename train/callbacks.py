@@ -132,6 +132,7 @@ class ProgressCallback(TrainerCallback):
             "max_steps": state.max_steps,
             "loss": _num(logs.get("loss")),
             "learning_rate": _num(logs.get("learning_rate")),
+            "grad_norm": _num(logs.get("grad_norm")),  # pre-clip total 2-norm; null where DeepSpeed reports none
             "samples_per_second": round(self.global_batch_size * step / elapsed, 3) if elapsed > 0 else None,
             "elapsed_s": round(elapsed, 3),
             "eta_s": round(self._eta(step, state.max_steps, now), 1),

@@ -73,6 +73,7 @@ SCHEMA = {
     "autocast": ("bool", False),
     "attention": ("str", False),
     "torch_compile": ("bool", False),
+    "regional_compilation": ("bool", False),
     "mlm_head": ("str", False),
     "run_name": ("str", True),
     "report_to": ("str", False),
@@ -81,7 +82,7 @@ SCHEMA = {
 # Keys that also take the value "auto": resolve() replaces it with a concrete value for the job's accelerator,
 # model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
 AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "optimizer", "autocast",
-             "torch_compile", "mlm_head")
+             "torch_compile", "regional_compilation", "mlm_head")
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
 # Measured on one H200 (BERT-base, seq 512): micro 128 (65,536 tokens) was the fastest, 64 and 256 slower
@@ -109,6 +110,7 @@ DEFAULTS = {
     "autocast": "auto",
     "attention": "sdpa",
     "torch_compile": "auto",
+    "regional_compilation": "auto",
     "mlm_head": "auto",
     "run_name": None,
     # TensorBoard event files under <output_dir>/runs/ (the Trainer's default log dir), brought back with the run
@@ -453,6 +455,8 @@ def _resolve_auto(job, origin, world_size):
         optimizer is the client one and zero_stage is 0 (measured on one H200, BERT-base, micro 128: 989 vs 788
         samples/s with the bf16 block); false otherwise.
       torch_compile: true on cuda, false on cpu.
+      regional_compilation: = torch_compile (accelerate's regional compilation: each repeated block class -- a
+        BertLayer, a GPT2Block -- is compiled once and reused, the rest of the model compiled region by region).
       mlm_head: masked (the LM head at masked positions only, train/mlm_head.py) for task mlm on cuda; full else.
       per_device_train_batch_size: cuda -> the largest power of two p with p x max_seq_length <= AUTO_MICRO_TOKENS
         that divides train_batch_size / world_size (when a global batch is given); cpu -> AUTO_MICRO_CPU likewise.
@@ -477,6 +481,8 @@ def _resolve_auto(job, origin, world_size):
                            and job["zero_stage"] == 0)
     if job["torch_compile"] == "auto":
         job["torch_compile"] = cuda
+    if job["regional_compilation"] == "auto":
+        job["regional_compilation"] = job["torch_compile"]
     if job["mlm_head"] == "auto":
         job["mlm_head"] = "masked" if cuda and job["task"] == "mlm" else "full"
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -617,6 +623,9 @@ def validate(job, origin=None):
     if job["torch_compile"] and job["accelerator"] != "cuda":
         fail("torch_compile", "torch_compile needs accelerator cuda (on cpu it only adds start-up time)",
              "set -e torch_compile=false (or auto)")
+    if job["regional_compilation"] and not job["torch_compile"]:
+        fail("regional_compilation", "regional_compilation is a way of running torch.compile, and torch_compile is "
+             "false", "set -e torch_compile=true, or -e regional_compilation=false (or auto)")
     if job["offload_optimizer"] != "none" and job["zero_stage"] == 0:
         fail("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0",
              "set -e zero_stage=2 or -e offload_optimizer=none")
@@ -749,6 +758,8 @@ def argv(job, dataset_dir, output_dir, deepspeed):
         args += ["--optim", job["optimizer"]]  # ds_config has no optimizer block: the Trainer builds this one
     if job["torch_compile"]:
         args += ["--torch_compile", "true", "--dataloader_drop_last", "true"]  # one batch shape: one compile
+        if job.get("regional_compilation"):
+            args += ["--regional_compilation", "true"]
     if job["accelerator"] == "cuda":
         # the NaN/inf filter of the logged loss tests every micro batch's loss on the host: a GPU sync each time
         args += ["--fit_micro_batch_to_memory", "true", "--logging_nan_inf_filter", "false"]
@@ -788,12 +799,14 @@ def write_json_atomic(path, obj):
 def summary(job, out=None):
     """One line describing a resolved job (what `resolve` prints)."""
     accum = f" x accum {job['gradient_accumulation_steps']}" if job["gradient_accumulation_steps"] > 1 else ""
+    compiled = ((", torch.compile (regional)" if job.get("regional_compilation") else ", torch.compile")
+                if job["torch_compile"] else "")
     line = (f"job {job['run_name']}: {job['model']}/{job['model_size']} {job['task']} {job['max_steps']} steps, "
             f"micro {job['per_device_train_batch_size']}{accum}, seq {job['max_seq_length']}, "
             f"lr {job['learning_rate']:g}, warm-up {job['warmup_steps']}, zero {job['zero_stage']}, "
             f"{job['precision']}{' (torch_autocast)' if job['autocast'] else ''} on {job['accelerator']}, "
             f"optimizer {job['optimizer']}, {job['attention']} attention"
-            f"{', torch.compile' if job['torch_compile'] else ''}"
+            f"{compiled}"
             f"{', MLM head at masked positions' if job['mlm_head'] == 'masked' and job['task'] == 'mlm' else ''}, "
             f"data_key {job['data_key']}")
     return f"{line} -> {out}" if out else line

@@ -59,6 +59,9 @@ from transformers import (  # noqa: E402
 
 from train import mlm_head  # noqa: E402  (torch only: a collator and a forward; importing it changes nothing)
 
+#: start-up phases of this rank (Unix times, s), written to perf.json's "startup" by PerfCallback
+STARTUP = {"process_start": runtime.process_start_unix_s(), "imports_done": time.time()}
+
 logger = transformers.logging.get_logger("train.pretrain")
 RECORDED_BATCHES = 3  # per rank: sha256 of the first few batches, to show the ranks see different data
 ROBERTA_LIKE = {"roberta", "xlm-roberta", "camembert", "longformer"}  # positions start after padding_idx
@@ -84,6 +87,10 @@ class ModelArguments:
     )
     attn_implementation: str | None = field(
         default=None, metadata={"help": "transformers attn_implementation (sdpa, eager, flash_attention_2, ...)"}
+    )
+    regional_compilation: bool = field(
+        default=False, metadata={"help": "with --torch_compile: accelerate's regional compilation (each repeated "
+                                         "block class compiled once, e.g. BertLayer; a shorter cold start)"}
     )
     mlm_head: str = field(
         default="full", metadata={"help": "masked: the LM head only at masked positions (train/mlm_head.py)",
@@ -235,14 +242,18 @@ class PerfCallback(transformers.TrainerCallback):
     """Rank 0 writes OUT/perf.json at the end of training: wall-clock times (time.time(), seconds) of training
     start and of the end of the first optimizer step, the steady-state throughput between the end of step
     ``max(1, max_steps // 4)`` and the last step (the GPU synchronised at both ends, nowhere else), peak GPU memory
-    (torch.cuda.max_memory_allocated / max_memory_reserved, bytes) and the GPU's name.
+    (torch.cuda.max_memory_allocated / max_memory_reserved, bytes), the GPU's name, and ``startup``: the Unix times
+    of this rank's start-up phases (``startup`` given: process_start, imports_done, arguments_parsed, data_loaded,
+    model_built, trainer_built; then train_begin -- after DeepSpeed's initialisation -- and first_step_end).
 
     With DSC_PROFILE_STEPS=A:B in the environment, steps A..B run under torch.profiler and OUT/profile.txt gets
     its table of the 30 ops with the most CUDA time (a step's time per op; no effect otherwise).
     """
 
-    def __init__(self, output_dir, global_batch: int, block_length: int, samples_seen=None, world_size: int = 1):
+    def __init__(self, output_dir, global_batch: int, block_length: int, samples_seen=None, world_size: int = 1,
+                 startup: dict | None = None):
         self.samples_seen, self.world_size = samples_seen, world_size
+        self.startup = dict(startup or {})
         self.out = Path(output_dir)
         self.global_batch, self.block_length = global_batch, block_length
         self.times: dict = {}
@@ -308,7 +319,9 @@ class PerfCallback(transformers.TrainerCallback):
                 "global_batch": self.global_batch, "block_length": self.block_length,
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": args.gradient_accumulation_steps,
-                "profile": self.times.get("profile")}
+                "profile": self.times.get("profile"),
+                "startup": {**self.startup, "train_begin": self.times.get("train_begin"),
+                            "first_step_end": self.times.get("first_step_end")}}
         if "window_start" in self.times and "window_end" in self.times:
             (s0, t0, n0), (s1, t1, n1) = self.times["window_start"], self.times["window_end"]
             if s1 > s0 and t1 > t0:
@@ -428,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         UsageError: a missing or mismatched artifact, a bad --config_overrides or --model_name_or_path.
     """
     model_args, data_args, training_args = parse_arguments(argv)
+    STARTUP["arguments_parsed"] = time.time()  # TrainingArguments set up the device and the process group
     training_args.remove_unused_columns = False  # the collator takes special_tokens_mask and drops it itself
     if not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # nothing to pin to on a CPU node
@@ -439,10 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         transformers.logging.set_verbosity_error()
 
     tokenizer, dataset, meta = load_artifact(data_args, model_args.task)
+    STARTUP["data_loaded"] = time.time()
     block_length = len(dataset[0]["input_ids"])
     set_seed(training_args.seed)  # before the model is built, as run_mlm.py does: same initial weights everywhere
     model, config = build_model(model_args, tokenizer, block_length)
     uses_num_items = runtime.fix_loss_kwargs_flag(model, len(tokenizer))
+    STARTUP["model_built"] = time.time()
 
     world = training_args.world_size
     global_batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world
@@ -459,6 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if model_args.mlm_head == "masked":
         collator = mlm_head.MaskedPositionsCollator(collator, data_args.mlm_probability)
+    if model_args.regional_compilation and training_args.torch_compile:
+        # accelerate's TorchDynamoPlugin, which the Trainer builds, reads its regional-compilation switch from here
+        # (accelerate/utils/dataclasses.py; what `accelerate config` writes); under DeepSpeed it compiles the
+        # engine's module in place with compile_regions_deepspeed
+        os.environ["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "1"
     trainer = PretrainTrainer(
         model=model,
         args=training_args,
@@ -467,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         processing_class=tokenizer,
         task=model_args.task,
     )
+    STARTUP["trainer_built"] = time.time()
     _progress, metrics_cb = runtime.attach(
         trainer,
         extra={"task": model_args.task, "block_length": block_length, "dataset_blocks": len(dataset),
@@ -475,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         rank_extra=lambda: {"first_batches_sha256": list(trainer.batch_digests)},
     )
     trainer.add_callback(PerfCallback(training_args.output_dir, global_batch, block_length,
-                                      samples_seen=lambda: trainer.samples_seen, world_size=world))
+                                      samples_seen=lambda: trainer.samples_seen, world_size=world,
+                                      startup=STARTUP))
     # -e resume=<run>: train.yml staged the run's newest complete checkpoint and passes it here
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
     out = Path(training_args.output_dir)

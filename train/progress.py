@@ -2,7 +2,7 @@
 
 ``train/pretrain.py`` appends one JSON object per logging step to ``<output_dir>/progress.jsonl``::
 
-    {"step": 40, "max_steps": 200, "loss": 6.12, "learning_rate": 0.0009,
+    {"step": 40, "max_steps": 200, "loss": 6.12, "learning_rate": 0.0009, "grad_norm": 1.7,
      "samples_per_second": 35.1, "elapsed_s": 61.8, "eta_s": 247.0, "epoch": 0.4}
 
 and an event line after each checkpoint save (``{"event": "save", "step": 100, "checkpoint": "checkpoint-100",

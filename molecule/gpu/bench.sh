@@ -6,19 +6,21 @@
 # `ansible-playbook -i inventory/h200 train.yml` three times -- bert with the blog's recipe, bert defaults, gpt2
 # defaults -- and writes OUTDIR/gpu-<date>.json + .md (python -m train.bench report).
 # DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already); DSC_BENCH_ONLY=provision stops after it.
-# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm gpt2"; also bert-m256, and scaling: bert and gpt2
+# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole gpt2"; also bert-m256, and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N, for issue 12): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
 # OUT gets bench.log, logs.tar.gz (playbook and train logs) and the report (DSC_BENCH_STEM, default gpu-<date>).
 # bert-warm repeats bert defaults with torch.compile's caches (node_env's TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR
-# on node-local disk) filled by the run before: its first step loads the kernels instead of compiling them.
+# on node-local disk) filled by the run before: its first step loads the kernels instead of compiling them. bert and
+# bert-whole (bert with the whole model compiled as one graph, -e regional_compilation=false) start with those
+# caches emptied: their first step shows a cold compile.
 # The corpus: the built-in one (pydoc topics) repeated 16 times, so that an epoch holds several global batches
 # (once: 99 GPT-2 blocks < 1 micro batch).
 set -u -o pipefail
 OUT=${1:-/tmp/gpu-bench}
 STATE=${DSC_BENCH_STATE:-/tmp/dsc-bench}
-RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm gpt2} "
+RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm bert-whole gpt2} "
 mkdir -p "$OUT" "$STATE/records" "$STATE/logs"
 exec > >(tee -a "$OUT/bench.log") 2>&1
 W=$PWD/.whl
@@ -57,9 +59,12 @@ for m in bert:30522 gpt2:50257; do
 done
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+CACHES=/opt/deepspeed-cluster/local/torch_compile  # inventory/h200's local_ssd_dir + node_env's torch_compile/
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
   local key=$1 label=$2 run=$3 prof=$4; shift 4
   case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
+  case "$key" in bert|bert-whole)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
+    rm -rf "$CACHES"/inductor/* "$CACHES"/triton/* "/tmp/torchinductor_$(id -un)" ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
   DSC_PROFILE_STEPS=$prof timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" \
@@ -85,6 +90,8 @@ bench_run blog "bert, the blog's recipe" "bench-bert-blog-$STAMP" "" "${BERT[@]}
 bench_run bert "bert defaults" "bench-bert-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 "${COMMON[@]}"
 bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-bert-warm-$STAMP" "" "${BERT[@]}" \
   -e max_steps=40 "${COMMON[@]}"
+bench_run bert-whole "bert defaults, whole-model compile" "bench-bert-whole-$STAMP" "12:13" "${BERT[@]}" \
+  -e max_steps=60 "${COMMON[@]}" -e regional_compilation=false
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
   -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"

@@ -107,10 +107,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ds_config(path: Path, stage: int = 2) -> Path:
+def ds_config(path: Path, stage: int = 2, client_optimizer: bool = False) -> Path:
     """The repo's ZeRO-<stage> template as train.dsconfig renders it for a CPU job without offload: torch's AdamW
     via DeepSpeed (``torch_adam``), so no DeepSpeed op (fused_adam / cpu_adam) is JIT-compiled. "auto" values stay
-    for the HF Trainer to fill."""
+    for the HF Trainer to fill. ``client_optimizer``: no optimizer and no scheduler block, as for a job whose
+    optimizer is the Trainer's (the GPU defaults; pass ``--optim adamw_torch``)."""
     template = REPO / "templates" / "deepspeed" / f"zero{stage}.json"
     if template.is_file():
         config = json.loads(template.read_text(encoding="utf-8"))
@@ -126,6 +127,9 @@ def ds_config(path: Path, stage: int = 2) -> Path:
         config["optimizer"].setdefault("params", {})["torch_adam"] = True
     for key in ("bf16", "fp16"):  # CPU: full precision
         config.pop(key, None)
+    if client_optimizer:
+        config.pop("optimizer", None)
+        config.pop("scheduler", None)
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return path
 

@@ -38,7 +38,7 @@ def test_bert_base_carries_the_blogs_numbers():
         "max_steps": 50000, "zero_stage": 0, "dataloader_num_workers": 4, "gradient_accumulation_steps": 2,
         "train_batch_size": 256, "mlm_probability": 0.15, "precision": "bf16", "offload_optimizer": "none",
         "optimizer": "adamw_torch_fused", "autocast": True, "attention": "sdpa", "torch_compile": True,
-        "mlm_head": "masked",
+        "regional_compilation": True, "mlm_head": "masked",
     }
     assert {key: job[key] for key in expected} == expected
     for key in ("learning_rate", "adam_epsilon", "weight_decay"):
@@ -278,8 +278,8 @@ CONTRACT_FLAGS = {
     "--warmup_steps", "--max_steps", "--save_steps", "--logging_steps", "--save_total_limit", "--seed", "--bf16",
     "--fp16", "--report_to", "--dataloader_num_workers", "--lr_scheduler_type", "--save_strategy",
     "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
-    "--dataloader_drop_last", "--fit_micro_batch_to_memory", "--dataloader_persistent_workers",
-    "--logging_nan_inf_filter", "--save_on_each_node",
+    "--regional_compilation", "--dataloader_drop_last", "--fit_micro_batch_to_memory",
+    "--dataloader_persistent_workers", "--logging_nan_inf_filter", "--save_on_each_node",
 }
 
 
@@ -294,6 +294,10 @@ def test_argv_for_bert_base_on_cuda():
     assert "--bf16" not in flags and "--fp16" not in flags  # bf16 through DeepSpeed's torch_autocast block
     assert (flags["--optim"], flags["--torch_compile"], flags["--mlm_head"], flags["--attn_implementation"]) == (
         "adamw_torch_fused", "true", "masked", "sdpa")
+    assert flags["--regional_compilation"] == "true"
+    whole = _flags(J.argv(J.resolve("bert", {"accelerator": "cuda", "regional_compilation": "false"}, now=NOW),
+                          "/d", "/o", "/c.json"))
+    assert whole["--torch_compile"] == "true" and "--regional_compilation" not in whole
     assert flags["--per_device_train_batch_size"] == "128" and flags["--gradient_accumulation_steps"] == "2"
     assert (flags["--dataset_dir"], flags["--output_dir"], flags["--deepspeed"]) == ("/d", "/o", "/c.json")
     assert flags["--learning_rate"] == "0.0002" and flags["--adam_epsilon"] == "1e-06"
@@ -387,6 +391,7 @@ def test_blog_recipe_gets_deepspeeds_optimizer_and_fp16():
     ({"offload_optimizer": "cpu", "optimizer": "adamw_torch_fused"}, "needs DeepSpeed's optimizer"),
     ({"precision": "fp16", "autocast": "true"}, "autocast (DeepSpeed torch_autocast) runs bf16"),
     ({"train_batch_size": 100, "per_device_train_batch_size": 64}, "is not per_device_train_batch_size 64"),
+    ({"torch_compile": "false", "regional_compilation": "true"}, "regional_compilation is a way of running"),
 ])
 def test_auto_rules_refuse_contradictions(overrides, needle):
     with pytest.raises(J.JobError, match=re.escape(needle)):

@@ -178,21 +178,68 @@ def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
         load_artifact(DataArguments(dataset_dir=str(gpt2_artifact)), "mlm")
 
 
-def test_perf_json_steady_window_and_profile(bert_artifact, tmp_path):
-    """PerfCallback (make bench reads it): perf.json's steady window counts the samples really trained, and
-    DSC_PROFILE_STEPS=A:B writes profile.txt (by device and by CPU time) with the window's wall and kernel seconds."""
-    out = tmp_path / "output"
-    args = pretrain_args(bert_artifact, out, ds_config(tmp_path / "ds.json"), max_steps=8, micro=4, accum=2,
-                         logging_steps=4)
-    launch(1, args, tmp_path, env_extra={"DSC_PROFILE_STEPS": "3:4"})
+def _with(args: list[str], **values) -> list[str]:
+    """args with ``--key value`` replaced for each key=value."""
+    args = list(args)
+    for key, value in values.items():
+        args[args.index(f"--{key}") + 1] = str(value)
+    return args
+
+
+def _progress(out) -> list[dict]:
+    return [r for r in map(json.loads, (out / "progress.jsonl").read_text().splitlines()) if "event" not in r]
+
+
+def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path):
+    """The GPU defaults' path on CPU (ZeRO-0, the Trainer's own AdamW, no DeepSpeed optimizer block):
+
+    - PerfCallback (make bench reads it): perf.json's steady window counts the samples really trained, its
+      start-up phases come in order, and DSC_PROFILE_STEPS=A:B writes profile.txt with the window's seconds;
+    - gradients are clipped in the optimizer's step (runtime.clip_without_host_sync), not by DeepSpeed's
+      clip_fp32_gradients: the same losses and pre-clip gradient norms (logged at every step; DeepSpeed reports
+      none on that path) as the plain Trainer without DeepSpeed, which clips with torch's clip_grad_norm_.
+      max_grad_norm 0.05 is far below the norms (~2): a run that did not clip, or clipped twice, would differ."""
+    runs = {}
+    for name in ("deepspeed", "plain"):
+        work = tmp_path / name
+        work.mkdir()
+        out = work / "output"
+        args = pretrain_args(bert_artifact, out, ds_config(work / "ds.json", stage=0, client_optimizer=True),
+                             max_steps=8, micro=4, accum=2, logging_steps=1)
+        args = _with(args, max_grad_norm=0.05, weight_decay=0.0) + ["--optim", "adamw_torch"]
+        if name == "plain":  # the Trainer without DeepSpeed: accelerate clips with torch's clip_grad_norm_
+            i = args.index("--deepspeed")
+            del args[i:i + 2]
+        launch(1, args, work, env_extra={"DSC_PROFILE_STEPS": "3:4"} if name == "deepspeed" else None)
+        runs[name] = out
+    out = runs["deepspeed"]
     perf = json.loads((out / "perf.json").read_text())
     assert perf["steady_steps"] == [2, 8] and perf["steady_samples"] == 6 * 4 * 2, perf
     assert perf["steady_samples_per_second"] > 0 and perf["first_step_end_unix_s"] > perf["train_begin_unix_s"]
+    startup = perf["startup"]
+    order = ["process_start", "imports_done", "arguments_parsed", "data_loaded", "model_built", "trainer_built",
+             "train_begin", "first_step_end"]
+    assert list(startup) == order and all(isinstance(startup[k], float) for k in order), startup
+    assert [startup[k] for k in order] == sorted(startup[k] for k in order), startup
+    assert startup["imports_done"] - startup["process_start"] > 0.5  # torch and transformers were imported
+    from train.bench import STARTUP_PHASES, startup_phases
+
+    phases = startup_phases(startup, launch=startup["process_start"] - 1.0)  # the report's breakdown
+    assert [name for name, _ in phases] == [name for name, _ in STARTUP_PHASES] and phases[0][1] == 1.0
+    assert sum(sec for _, sec in phases) == pytest.approx(startup["first_step_end"] - startup["process_start"] + 1,
+                                                           abs=0.05)
     profile = perf["profile"]
     assert profile["steps"] == [3, 4] and profile["wall_s"] > 0 and profile["gpu_kernel_s"] == 0  # no GPU here
     text = (out / "profile.txt").read_text()
     assert text.startswith("torch.profiler, steps 3..4 (2 optimizer steps): ") and "by CPU time (self):" in text
     assert "aten::" in text
+
+    ours, theirs = _progress(runs["deepspeed"]), _progress(runs["plain"])
+    assert [r["step"] for r in ours] == [r["step"] for r in theirs] == list(range(1, 9))
+    assert [r["loss"] for r in ours] == pytest.approx([r["loss"] for r in theirs], rel=1e-4)
+    assert ours[-1]["loss"] != pytest.approx(ours[0]["loss"], rel=1e-3)  # it trained
+    assert all(r["grad_norm"] > 0.5 for r in ours), ours  # pre-clip norms, well above max_grad_norm
+    assert [r["grad_norm"] for r in ours] == pytest.approx([r["grad_norm"] for r in theirs], rel=1e-4)
 
 
 def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_1rank, bert_2ranks, tmp_path):

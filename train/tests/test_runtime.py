@@ -124,6 +124,48 @@ def test_num_items_probe_tells_bert_from_gpt2():
     assert runtime.count_parameters(bert) == sum(p.numel() for p in bert.parameters())
 
 
+def test_deepspeed_clips_fp32_gradients_only_where_its_engine_would():
+    """deepspeed/runtime/engine.py _take_model_step: clip_fp32_gradients runs for gradient_clipping > 0 with no
+    fp16/bf16 block enabled and ZeRO stage 0; the ZeRO and bf16/fp16 optimizers clip themselves."""
+    clips = runtime.deepspeed_clips_fp32_gradients
+    base = {"zero_optimization": {"stage": 0}, "gradient_clipping": 1.0, "bf16": {"enabled": False},
+            "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
+    assert clips(base)
+    assert not clips({**base, "gradient_clipping": 0.0})
+    assert not clips({**base, "zero_optimization": {"stage": 2}})
+    assert not clips({**base, "bf16": {"enabled": True}}) and not clips({**base, "fp16": {"enabled": True}})
+    assert clips({"gradient_clipping": 0.5})  # no zero_optimization block: stage 0
+
+
+def test_clipping_in_the_optimizer_step_clips_and_keeps_the_pre_clip_norm():
+    import torch
+
+    w = torch.nn.Parameter(torch.zeros(3))
+    b = torch.nn.Parameter(torch.zeros(4))
+    optimizer = torch.optim.SGD([{"params": [w]}, {"params": [b]}], lr=1.0)
+    holder = runtime.clip_in_optimizer_step(optimizer, max_norm=1.0)
+    assert holder["norm"] is None
+    w.grad, b.grad = torch.tensor([3.0, 0.0, 0.0]), torch.tensor([0.0, 4.0, 0.0, 0.0])  # total norm 5
+    optimizer.step()
+    assert float(holder["norm"]) == pytest.approx(5.0)
+    # SGD with lr 1 moves each weight by its clipped gradient: the gradients scaled by 1 / 5
+    assert w.detach().tolist() == pytest.approx([-0.6, 0.0, 0.0], abs=1e-6)
+    assert b.detach().tolist() == pytest.approx([0.0, -0.8, 0.0, 0.0], abs=1e-6)
+    w.grad, b.grad = torch.tensor([0.3, 0.0, 0.0]), torch.tensor([0.0, 0.4, 0.0, 0.0])  # norm 0.5: left alone
+    optimizer.step()
+    assert float(holder["norm"]) == pytest.approx(0.5)
+    assert w.detach().tolist() == pytest.approx([-0.9, 0.0, 0.0], abs=1e-6)
+
+
+def test_process_start_is_the_processes_creation_time():
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-c", "import time; time.sleep(1.2); from train import runtime; "
+                           "print(runtime.process_start_unix_s())"], cwd=REPO, capture_output=True, text=True,
+                          check=True)
+    value = float(proc.stdout)
+    assert started - 0.05 <= value <= started + 0.8, (started, value)  # at the start, not 1.2 s later at the call
+
+
 @pytest.mark.parametrize("name", ["train.script_args", "train.runtime", "train.prepare_data", "train.corpus",
                                   "train.artifact", "train.progress"])
 def test_light_modules_import_no_heavy_package(name):
