@@ -37,6 +37,12 @@ from pathlib import Path
 PEAK_FLOPS = 790e12
 MFU_FORMULA = "MFU = (6*N + 12*L*h*s) * tokens_per_s / 790e12 (bf16 dense rate measured on one H200)"
 _LOG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]")
+#: ansible.posix.profile_tasks' line under each task header: "... (0:00:00.851)       0:00:12.480 ****"
+_PROFILE_LINE = re.compile(r"\((\d+):(\d\d):(\d\d(?:\.\d+)?)\)\s+(\d+):(\d\d):(\d\d(?:\.\d+)?)\s+\*+\s*$")
+_TASK = re.compile(r"^TASK \[(.+?)\] \*+\s*$")
+_IMPORT = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)\s*$")
+#: the task of roles/train_launch that starts DeepSpeed's launcher (launcher=pdsh, the one-node default)
+LAUNCH_TASK = "Launch deepspeed from the head node"
 
 
 def pad_tokenizer(src: str | Path, dst: str | Path, size: int) -> int:
@@ -88,6 +94,60 @@ def _log_start(log: Path) -> float | None:
         if m:
             return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
     return None
+
+
+def prelaunch_tasks(log_text: str, top: int = 8) -> dict | None:
+    """What a train.yml run spent before DeepSpeed's launcher started, from its output with the
+    ``ansible.posix.profile_tasks`` callback on (each task header followed by the time since the playbook began).
+
+    Returns:
+        {"prelaunch_s": seconds from the playbook's first task to the start of the launch task (LAUNCH_TASK),
+        "tasks": number of tasks before it, "slowest": [[task name, seconds], ...] the ``top`` longest of them}, or
+        None when the log has no profile_tasks lines or no launch task.
+    """
+    starts: list[tuple[str, float]] = []
+    name = None
+    for line in log_text.splitlines():
+        m = _TASK.match(line)
+        if m:
+            name = m.group(1)
+            continue
+        m = _PROFILE_LINE.search(line)
+        if m and name is not None:
+            h, mi, se = m.group(4, 5, 6)
+            starts.append((name, int(h) * 3600 + int(mi) * 60 + float(se)))
+            name = None
+    launch = next((i for i, (n, _) in enumerate(starts) if LAUNCH_TASK in n), None)
+    if launch is None:
+        return None
+    durations = [(starts[i][0], round(starts[i + 1][1] - starts[i][1], 2)) for i in range(launch)]
+    slowest = sorted(durations, key=lambda d: -d[1])[:top]
+    return {"prelaunch_s": round(starts[launch][1], 2), "tasks": launch, "slowest": [list(d) for d in slowest]}
+
+
+def import_profile(text: str, root: str = "train.pretrain", top: int = 12) -> dict | None:
+    """Where importing ``root`` spends its time, from a ``python -X importtime -c 'import ROOT'`` log (stderr):
+    {"total_s": ROOT's cumulative time, "top": [[module, cumulative seconds], ...] the ``top`` largest of the
+    modules ROOT imports directly (each with everything it pulled in first)}, or None when ROOT is not in the log.
+    importtime prints a module's imports before it, one indentation level (2 spaces) deeper; times in microseconds.
+    """
+    rows = []
+    for line in text.splitlines():
+        m = _IMPORT.match(line)
+        if m:
+            rows.append((len(m.group(3)), m.group(4), int(m.group(2)) / 1e6))
+    at = next((i for i, r in enumerate(rows) if r[1] == root), None)
+    if at is None:
+        return None
+    depth = rows[at][0]
+    children = []
+    for indent, name, seconds in reversed(rows[:at]):
+        if indent <= depth:
+            break  # the module imported before ROOT
+        if indent == depth + 2:
+            children.append((name, seconds))
+    largest = sorted(children, key=lambda r: -r[1])[:top]
+    return {"total_s": round(rows[at][2], 2), "top": [[n, round(t, 2)] for n, t in largest]}
 
 
 def _find(name: str, dirs: list[str]) -> Path | None:
@@ -147,6 +207,9 @@ def run_row(run: dict) -> dict:
     launch = _log_start(_find("train.log", dirs) or Path("/nonexistent"))
     start = run.get("playbook_start_unix_s")
     profile = _find("profile.txt", dirs)
+    playbook_log = Path(run["playbook_log"]) if run.get("playbook_log") else None
+    prelaunch = (prelaunch_tasks(playbook_log.read_text(encoding="utf-8", errors="replace"))
+                 if playbook_log and playbook_log.is_file() else None)
     return {
         "label": run["label"], "command": run["command"], "run_name": run["run_name"], "series": run.get("series"),
         "world_size": metrics.get("world_size"), "samples_per_second": sps, "tokens_per_second": tps, "mfu": round(mfu, 4) if mfu is not None else None,
@@ -169,6 +232,7 @@ def run_row(run: dict) -> dict:
         "gpu": perf.get("gpu"), "versions": metrics.get("versions"),
         "profile": profile.read_text(encoding="utf-8") if profile else None,
         "profile_window": perf.get("profile"),
+        "prelaunch": prelaunch,
     }
 
 
@@ -261,6 +325,20 @@ def markdown(report: dict) -> str:
         for r in phased:
             lines.append(f"- {r['label']}: " + ", ".join(f"{name} {sec:.1f}" for name, sec in r["startup_phases"]))
         lines.append("")
+    pre = [r for r in report["runs"] if r.get("prelaunch")]
+    if pre:
+        lines += ["train.yml before the launcher (ansible.posix.profile_tasks: playbook's first task -> start of the "
+                  "launch task; the slowest tasks):", ""]
+        for r in pre:
+            p = r["prelaunch"]
+            lines.append(f"- {r['label']}: {p['prelaunch_s']:.1f} s in {p['tasks']} tasks; " + ", ".join(
+                f"{name} {sec:.1f}" for name, sec in p["slowest"]))
+        lines.append("")
+    if report.get("imports"):
+        imp = report["imports"]
+        lines += [f"Rank imports (`python -X importtime -c 'import train.pretrain'` in the node venv on the GPU "
+                  f"machine): {imp['total_s']:.1f} s, largest top-level: "
+                  + ", ".join(f"{name} {sec:.2f}" for name, sec in imp["top"]), ""]
     profiled = [r for r in report["runs"] if r.get("profile_window")]
     if profiled:
         lines += ["GPU busy in the profiled steps (kernel time / wall time, torch.profiler):", ""]
@@ -279,7 +357,8 @@ def _busy(window: dict) -> str:
     return f"{100 * busy / wall:.0f} % busy" if wall and busy is not None else "—"
 
 
-def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | None = None) -> dict:
+def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | None = None,
+           imports: dict | None = None) -> dict:
     """The benchmark dict: one row per run (run_row), the GPU, versions, the MFU formula and the targets checked.
 
     Targets (issue 13): bert defaults >= 1,080 samples/s and >= 10x the blog's recipe; gpt2 >= 300 k tokens/s;
@@ -321,7 +400,8 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
     versions = next((r["versions"] for r in rows if r["versions"]), None)
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
             "command": command, "commit": commit, "mfu_formula": MFU_FORMULA, "peak_flops": PEAK_FLOPS,
-            "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or []}
+            "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or [],
+            "imports": imports}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,12 +419,16 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--commit", default="unknown")
     rep.add_argument("--stem", default=None, help="file name without .json/.md (default gpu-<UTC date>)")
     rep.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")
+    rep.add_argument("--importtime", default=None, help="a `python -X importtime` log of the rank's imports")
     opts = parser.parse_args(argv)
     if opts.command == "pad-tokenizer":
         print(f"{opts.dst}: {pad_tokenizer(opts.src, opts.dst, opts.size)} entries")
         return 0
     runs = json.loads(Path(opts.runs).read_text(encoding="utf-8"))
-    data = report(runs, command=opts.command, commit=opts.commit, notes=opts.note)
+    imports = None
+    if opts.importtime and Path(opts.importtime).is_file():
+        imports = import_profile(Path(opts.importtime).read_text(encoding="utf-8", errors="replace"))
+    data = report(runs, command=opts.command, commit=opts.commit, notes=opts.note, imports=imports)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / (opts.stem or f"gpu-{data['date']}")

@@ -6,7 +6,7 @@
 # `ansible-playbook -i inventory/h200 train.yml` three times -- bert with the blog's recipe, bert defaults, gpt2
 # defaults -- and writes OUTDIR/gpu-<date>.json + .md (python -m train.bench report).
 # DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already); DSC_BENCH_ONLY=provision stops after it.
-# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole gpt2"; also bert-m256, and scaling: bert and gpt2
+# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole gpt2 gpt2-whole"; also bert-m256, and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N, for issue 12): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
@@ -20,7 +20,7 @@
 set -u -o pipefail
 OUT=${1:-/tmp/gpu-bench}
 STATE=${DSC_BENCH_STATE:-/tmp/dsc-bench}
-RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm bert-whole gpt2} "
+RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm bert-whole gpt2 gpt2-whole} "
 mkdir -p "$OUT" "$STATE/records" "$STATE/logs"
 exec > >(tee -a "$OUT/bench.log") 2>&1
 W=$PWD/.whl
@@ -32,7 +32,9 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
 . "$(dirname "$0")/controller_tools.sh" || exit 1
 export ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 
-if [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then
+if [ -f "$STATE/provisioned" ]; then
+  echo "provisioned by an earlier call on this machine ($STATE/provisioned)"
+elif [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then
   step "provision (op: cpu_adam for the blog's offload; the defaults use torch's fused AdamW)"
   s=$(date +%s)
   ansible-playbook -i inventory/h200 playbooks/provision.yml --skip-tags base_install \
@@ -41,6 +43,7 @@ if [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then
     > "$STATE/logs/provision.log" 2>&1
   rc=$?; tail -3 "$STATE/logs/provision.log"; echo "provision: rc=$rc in $(( $(date +%s) - s )) s"
   [ $rc -eq 0 ] || { tail -40 "$STATE/logs/provision.log"; exit 1; }
+  touch "$STATE/provisioned"
 fi
 if [ "${DSC_BENCH_ONLY:-}" = provision ]; then
   step "done (DSC_BENCH_ONLY=provision)"; exit 0
@@ -58,26 +61,33 @@ for m in bert:30522 gpt2:50257; do
   $PY -m train.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$STATE/logs/tok-$name.log"; exit 1; }
 done
 
+if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the report's "Rank imports" line)
+  step "rank imports: python -X importtime -c 'import train.pretrain' (node venv)"
+  env -u PYTHONPATH "$PY" -X importtime -c "import train.pretrain" 2> "$STATE/importtime.txt" || true
+  env -u PYTHONPATH "$PY" -c "import time, subprocess, sys; t = time.time(); subprocess.run([sys.executable, '-c', 'import train.pretrain'], check=True); print(f'import train.pretrain: {time.time() - t:.1f} s wall')" || true
+fi
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 CACHES=/opt/deepspeed-cluster/local/torch_compile  # inventory/h200's local_ssd_dir + node_env's torch_compile/
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
   local key=$1 label=$2 run=$3 prof=$4; shift 4
   case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
-  case "$key" in bert|bert-whole)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
+  case "$key" in bert|bert-whole|gpt2|gpt2-whole)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
     rm -rf "$CACHES"/inductor/* "$CACHES"/triton/* "/tmp/torchinductor_$(id -un)" ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
-  DSC_PROFILE_STEPS=$prof timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" \
-    > "$STATE/logs/$run.playbook.log" 2>&1
+  # profile_tasks: each task's start time in the log (train.bench's "before the launcher" breakdown)
+  DSC_PROFILE_STEPS=$prof ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks \
+    timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" > "$STATE/logs/$run.playbook.log" 2>&1
   local rc=$? e; e=$(date +%s.%N)
   grep -E 'run .*world size|samples/s|error|FAILED|fatal' "$STATE/logs/$run.playbook.log" | tail -8
   echo "$label: rc=$rc in $(python3 -c "print(round($e - $s, 1))") s"
-  $PY - "$label" "$run" "$s" "$e" "$*" "${SERIES:-}" > "$STATE/records/$(date +%s)-$key.json" <<'PYEOF'
+  $PY - "$label" "$run" "$s" "$e" "$*" "${SERIES:-}" "$STATE/logs/$run.playbook.log" \
+    > "$STATE/records/$(date +%s)-$key.json" <<'PYEOF'
 import json, sys
-label, run, s, e, args, series = sys.argv[1:]
+label, run, s, e, args, series, log = sys.argv[1:]
 print(json.dumps({"label": label, "run_name": run, "command": f"ansible-playbook -i inventory/h200 train.yml {args}",
                   "playbook_start_unix_s": float(s), "playbook_end_unix_s": float(e), "series": series or None,
-                  "run_dirs": [f"outputs/{run}", f"/opt/deepspeed-cluster/runs/{run}"]}))
+                  "run_dirs": [f"outputs/{run}", f"/opt/deepspeed-cluster/runs/{run}"], "playbook_log": log}))
 PYEOF
   cp "/opt/deepspeed-cluster/runs/$run/train.log" "$STATE/logs/$run.train.log" 2>/dev/null
 }
@@ -95,6 +105,8 @@ bench_run bert-whole "bert defaults, whole-model compile" "bench-bert-whole-$STA
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
   -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
+bench_run gpt2-whole "gpt2 defaults, whole-model compile" "bench-gpt2-whole-$STAMP" "2:2" -e model=gpt2 \
+  -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=false
 # data-parallel scaling (issue 12): each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
 # (the preset's micro batch, no accumulation): weak scaling, train.bench's "scaling" table and efficiency target
 # DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
@@ -116,6 +128,6 @@ commit=${DSC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 notes=()
 [ -n "${DSC_BENCH_NOTE:-}" ] && notes=(--note "$DSC_BENCH_NOTE")
 $PY -m train.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit" \
-  ${DSC_BENCH_STEM:+--stem "$DSC_BENCH_STEM"} "${notes[@]}"
-tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs records runs.json
+  --importtime "$STATE/importtime.txt" ${DSC_BENCH_STEM:+--stem "$DSC_BENCH_STEM"} "${notes[@]}"
+tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs records runs.json importtime.txt
 step done
