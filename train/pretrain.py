@@ -278,7 +278,7 @@ class PerfCallback(transformers.TrainerCallback):
         if self.profile_steps and state.global_step + 1 == self.profile_steps[0] and args.process_index == 0:
             acts = [torch.profiler.ProfilerActivity.CPU] + (
                 [torch.profiler.ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-            self.profile = torch.profiler.profile(activities=acts)
+            self.profile = torch.profiler.profile(activities=acts, with_stack=True)  # stacks: where host syncs are
             self.profile_t0 = self._now()
             self.profile.__enter__()
 
@@ -297,6 +297,11 @@ class PerfCallback(transformers.TrainerCallback):
             key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
             table = averages.table(sort_by=key, row_limit=30)
             cpu_table = averages.table(sort_by="self_cpu_time_total", row_limit=15)
+            syncs = [e for e in self.profile.key_averages(group_by_stack_n=12)
+                     if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize")]
+            sync_text = "\n".join(
+                f"{e.key} x{e.count}, {e.cpu_time_total / 1e3:.1f} ms waiting, from:\n    " + "\n    ".join(e.stack)
+                for e in sorted(syncs, key=lambda e: -e.cpu_time_total)) or "none"
             # kernel time (one stream at world size 1) against the wall time: the share the GPU sat idle
             cuda = torch.autograd.DeviceType.CUDA  # device events only, as the table's "Self CUDA time total"
             busy = sum(e.self_device_time_total for e in averages
@@ -308,7 +313,9 @@ class PerfCallback(transformers.TrainerCallback):
             (self.out / "profile.txt").write_text(
                 f"torch.profiler, steps {self.profile_steps[0]}..{self.profile_steps[1]} ({steps} optimizer steps): "
                 f"{wall:.3f} s wall, {busy:.3f} s of GPU kernels ({100 * busy / wall:.0f} % busy)\n{table}\n"
-                f"by CPU time (self):\n{cpu_table}\n", encoding="utf-8")
+                f"by CPU time (self):\n{cpu_table}\n"
+                f"host syncs (the CPU waits for the GPU; PerfCallback's own two cudaDeviceSynchronize among them), "
+                f"by Python stack:\n{sync_text}\n", encoding="utf-8")
             self.profile = None
 
     def on_train_end(self, args, state, control, **kwargs):
