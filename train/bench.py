@@ -101,7 +101,7 @@ def prelaunch_tasks(log_text: str, top: int = 8) -> dict | None:
     ``ansible.posix.profile_tasks`` callback on (each task header followed by the time since the playbook began).
 
     Returns:
-        {"prelaunch_s": seconds from the playbook's first task to the start of the launch task (LAUNCH_TASK),
+        {"prelaunch_s": profile_tasks' time since the playbook started at the start of the launch task (LAUNCH_TASK),
         "tasks": number of tasks before it, "slowest": [[task name, seconds], ...] the ``top`` longest of them}, or
         None when the log has no profile_tasks lines or no launch task.
     """
@@ -327,7 +327,7 @@ def markdown(report: dict) -> str:
         lines.append("")
     pre = [r for r in report["runs"] if r.get("prelaunch")]
     if pre:
-        lines += ["train.yml before the launcher (ansible.posix.profile_tasks: playbook's first task -> start of the "
+        lines += ["train.yml before the launcher (ansible.posix.profile_tasks: playbook start -> start of the "
                   "launch task; the slowest tasks):", ""]
         for r in pre:
             p = r["prelaunch"]

@@ -458,10 +458,11 @@ def _resolve_auto(job, origin, world_size):
       mlm_head: masked (the LM head at masked positions only, train/mlm_head.py) for task mlm on cuda; full else.
       regional_compilation: torch_compile with the masked MLM head; false otherwise. Regional compilation
         (accelerate's: each repeated block class -- a BertLayer -- compiled once and reused, the other modules one by
-        one) leaves the model's own forward, with its LM-head loss, uncompiled. Measured on one H200
-        (docs/benchmarks/gpu-2026-12-02*.md): BERT-base with the masked head 1,109-1,122 samples/s regional against
-        1,074 whole-model, first step 18 s against 37 s cold; GPT-2 (the full head's cross-entropy over 50,257
-        logits per token runs eager) 246 k tokens/s regional against 380 k whole-model.
+        one) leaves the model's own forward, with its LM-head loss, uncompiled. Measured on one H200: BERT-base with
+        the masked head 1,122 samples/s regional against 1,074 whole-model, first step 18 s against 37 s cold (one
+        run, docs/benchmarks/gpu-2026-12-02.md); GPT-2, whose full head's cross-entropy over 50,257 logits per token
+        then runs eager, 246 k tokens/s regional (gpu-2026-12-02b) against 380 k whole-model (gpu-2026-12-01c,
+        another commit and machine).
       per_device_train_batch_size: cuda -> the largest power of two p with p x max_seq_length <= AUTO_MICRO_TOKENS
         that divides train_batch_size / world_size (when a global batch is given); cpu -> AUTO_MICRO_CPU likewise.
         The rank may lower it further to fit its GPU's memory (train/pretrain.py, keeping the global batch).

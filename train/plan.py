@@ -31,7 +31,7 @@ RUN_SCRIPT = "train/run_script.py"
 # key differing from the run's job.json is refused (another model, data or batch is another run).
 RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_limit", "dataloader_num_workers")
 SCRIPT_DEFAULTS = {"train_batch_size": None, "zero_stage": 2, "optimizer": "deepspeed", "autocast": False,
-                   "torch_compile": False, "mlm_head": "full"}
+                   "torch_compile": False, "regional_compilation": False, "mlm_head": "full"}
 
 
 class PlanError(jobmod.JobError):

@@ -242,7 +242,9 @@ class PerfCallback(transformers.TrainerCallback):
     """Rank 0 writes OUT/perf.json at the end of training: wall-clock times (time.time(), seconds) of training
     start and of the end of the first optimizer step, the steady-state throughput between the end of step
     ``max(1, max_steps // 4)`` and the last step (the GPU synchronised at both ends, nowhere else), peak GPU memory
-    (torch.cuda.max_memory_allocated / max_memory_reserved, bytes), the GPU's name, and ``startup``: the Unix times
+    (torch.cuda.max_memory_allocated / max_memory_reserved, bytes), the GPU's name, the gradient clipping the
+    DeepSpeed engine applies itself (``engine``: a callable giving it; 0 where the optimizer's step clips, see
+    runtime.clip_without_host_sync), and ``startup``: the Unix times
     of this rank's start-up phases (``startup`` given: process_start, imports_done, arguments_parsed, data_loaded,
     model_built, trainer_built; then train_begin -- after DeepSpeed's initialisation -- and first_step_end).
 
@@ -251,8 +253,8 @@ class PerfCallback(transformers.TrainerCallback):
     """
 
     def __init__(self, output_dir, global_batch: int, block_length: int, samples_seen=None, world_size: int = 1,
-                 startup: dict | None = None):
-        self.samples_seen, self.world_size = samples_seen, world_size
+                 startup: dict | None = None, engine=None):
+        self.samples_seen, self.world_size, self.engine = samples_seen, world_size, engine
         self.startup = dict(startup or {})
         self.out = Path(output_dir)
         self.global_batch, self.block_length = global_batch, block_length
@@ -272,6 +274,9 @@ class PerfCallback(transformers.TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.times["train_begin"] = time.time()
+        engine = self.engine() if self.engine else None
+        if hasattr(engine, "gradient_clipping"):  # the DeepSpeed engine: the clipping it applies itself
+            self.times["deepspeed_gradient_clipping"] = engine.gradient_clipping()
         self.window_start = max(1, state.max_steps // 4)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -327,6 +332,7 @@ class PerfCallback(transformers.TrainerCallback):
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": args.gradient_accumulation_steps,
                 "profile": self.times.get("profile"),
+                "deepspeed_gradient_clipping": self.times.get("deepspeed_gradient_clipping"),
                 "startup": {**self.startup, "train_begin": self.times.get("train_begin"),
                             "first_step_end": self.times.get("first_step_end")}}
         if "window_start" in self.times and "window_end" in self.times:
@@ -505,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer.add_callback(PerfCallback(training_args.output_dir, global_batch, block_length,
                                       samples_seen=lambda: trainer.samples_seen, world_size=world,
-                                      startup=STARTUP))
+                                      startup=STARTUP, engine=lambda: trainer.model_wrapped))
     # -e resume=<run>: train.yml staged the run's newest complete checkpoint and passes it here
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
     out = Path(training_args.output_dir)

@@ -3,24 +3,26 @@
 #   molecule/gpu/bench.sh OUTDIR            (make bench; expects .whl/ as docs/gpu-validation.md builds it)
 # provisions the node (inventory/h200, ops cpu_adam + fused_adam pre-built), makes full-size tokenizers (the one
 # prepare_data trains on the built-in corpus, padded to 30,522 / 50,257 entries), then trains through
-# `ansible-playbook -i inventory/h200 train.yml` three times -- bert with the blog's recipe, bert defaults, gpt2
-# defaults -- and writes OUTDIR/gpu-<date>.json + .md (python -m train.bench report).
-# DSC_BENCH_SKIP_PROVISION=1 skips provisioning (a node provisioned already); DSC_BENCH_ONLY=provision stops after it.
-# DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole gpt2 gpt2-whole"; also bert-m256, and scaling: bert and gpt2
+# `ansible-playbook -i inventory/h200 train.yml` once per run -- bert with the blog's recipe, bert defaults (twice),
+# bert and gpt2 with the other compilation mode, gpt2 defaults -- and writes OUTDIR/gpu-<date>.json + .md
+# (python -m train.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
+# machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
+# DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
+# gpt2 gpt2-regional"; also bert-m256, and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N, for issue 12): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
 # OUT gets bench.log, logs.tar.gz (playbook and train logs) and the report (DSC_BENCH_STEM, default gpu-<date>).
 # bert-warm repeats bert defaults with torch.compile's caches (node_env's TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR
-# on node-local disk) filled by the run before: its first step loads the kernels instead of compiling them. bert and
-# bert-whole (bert with the whole model compiled as one graph, -e regional_compilation=false) start with those
-# caches emptied: their first step shows a cold compile.
+# on node-local disk) filled by the run before: its first step loads the kernels instead of compiling them. Every
+# other compiled run -- bert, bert-whole (the whole model compiled as one graph, -e regional_compilation=false),
+# gpt2, gpt2-regional (-e regional_compilation=true) -- starts with those caches emptied: a cold compile.
 # The corpus: the built-in one (pydoc topics) repeated 16 times, so that an epoch holds several global batches
 # (once: 99 GPT-2 blocks < 1 micro batch).
 set -u -o pipefail
 OUT=${1:-/tmp/gpu-bench}
 STATE=${DSC_BENCH_STATE:-/tmp/dsc-bench}
-RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm bert-whole gpt2 gpt2-whole} "
+RUNSET=" ${DSC_BENCH_RUNS:-blog bert bert-warm bert-whole gpt2 gpt2-regional} "
 mkdir -p "$OUT" "$STATE/records" "$STATE/logs"
 exec > >(tee -a "$OUT/bench.log") 2>&1
 W=$PWD/.whl
@@ -32,7 +34,7 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
 . "$(dirname "$0")/controller_tools.sh" || exit 1
 export ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
 
-if [ -f "$STATE/provisioned" ]; then
+if [ -f "$STATE/provisioned" ] && [ "${DSC_BENCH_ONLY:-}" != provision ]; then
   echo "provisioned by an earlier call on this machine ($STATE/provisioned)"
 elif [ -z "${DSC_BENCH_SKIP_PROVISION:-}" ]; then
   step "provision (op: cpu_adam for the blog's offload; the defaults use torch's fused AdamW)"
@@ -63,7 +65,8 @@ done
 
 if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the report's "Rank imports" line)
   step "rank imports: python -X importtime -c 'import train.pretrain' (node venv)"
-  env -u PYTHONPATH "$PY" -X importtime -c "import train.pretrain" 2> "$STATE/importtime.txt" || true
+  env -u PYTHONPATH "$PY" -X importtime -c "import train.pretrain" 2> "$STATE/importtime.tmp" &&
+    mv "$STATE/importtime.tmp" "$STATE/importtime.txt"
   env -u PYTHONPATH "$PY" -c "import time, subprocess, sys; t = time.time(); subprocess.run([sys.executable, '-c', 'import train.pretrain'], check=True); print(f'import train.pretrain: {time.time() - t:.1f} s wall')" || true
 fi
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -71,7 +74,7 @@ CACHES=/opt/deepspeed-cluster/local/torch_compile  # inventory/h200's local_ssd_
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
   local key=$1 label=$2 run=$3 prof=$4; shift 4
   case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
-  case "$key" in bert|bert-whole|gpt2|gpt2-whole)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
+  case "$key" in bert|bert-whole|gpt2|gpt2-regional)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
     rm -rf "$CACHES"/inductor/* "$CACHES"/triton/* "/tmp/torchinductor_$(id -un)" ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
@@ -105,8 +108,8 @@ bench_run bert-whole "bert defaults, whole-model compile" "bench-bert-whole-$STA
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
   -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
-bench_run gpt2-whole "gpt2 defaults, whole-model compile" "bench-gpt2-whole-$STAMP" "2:2" -e model=gpt2 \
-  -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=false
+bench_run gpt2-regional "gpt2, regional compilation" "bench-gpt2-regional-$STAMP" "2:2" -e model=gpt2 \
+  -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=true
 # data-parallel scaling (issue 12): each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
 # (the preset's micro batch, no accumulation): weak scaling, train.bench's "scaling" table and efficiency target
 # DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
@@ -129,5 +132,5 @@ notes=()
 [ -n "${DSC_BENCH_NOTE:-}" ] && notes=(--note "$DSC_BENCH_NOTE")
 $PY -m train.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit" \
   --importtime "$STATE/importtime.txt" ${DSC_BENCH_STEM:+--stem "$DSC_BENCH_STEM"} "${notes[@]}"
-tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs records runs.json importtime.txt
+tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs records runs.json $(cd "$STATE" && ls importtime.txt 2>/dev/null)
 step done

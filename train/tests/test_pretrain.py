@@ -198,7 +198,8 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
     - gradients are clipped in the optimizer's step (runtime.clip_without_host_sync), not by DeepSpeed's
       clip_fp32_gradients: the same losses and pre-clip gradient norms (logged at every step; DeepSpeed reports
       none on that path) as the plain Trainer without DeepSpeed, which clips with torch's clip_grad_norm_.
-      max_grad_norm 0.05 is far below the norms (~2): a run that did not clip, or clipped twice, would differ."""
+      max_grad_norm 0.05 is far below the norms (~2): a run that did not clip would lose differently, and a hook
+      registered twice would log the clipped norm; the engine's own clipping is 0 (not clipping twice)."""
     runs = {}
     for name in ("deepspeed", "plain"):
         work = tmp_path / name
@@ -234,6 +235,7 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
     assert text.startswith("torch.profiler, steps 3..4 (2 optimizer steps): ") and "by CPU time (self):" in text
     assert "aten::" in text and "by Python stack:\nnone" in text  # no GPU: nothing to wait for
 
+    assert perf["deepspeed_gradient_clipping"] == 0  # DeepSpeed does not clip a second time
     ours, theirs = _progress(runs["deepspeed"]), _progress(runs["plain"])
     assert [r["step"] for r in ours] == [r["step"] for r in theirs] == list(range(1, 9))
     assert [r["loss"] for r in ours] == pytest.approx([r["loss"] for r in theirs], rel=1e-4)

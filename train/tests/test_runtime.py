@@ -135,6 +135,11 @@ def test_deepspeed_clips_fp32_gradients_only_where_its_engine_would():
     assert not clips({**base, "zero_optimization": {"stage": 2}})
     assert not clips({**base, "bf16": {"enabled": True}}) and not clips({**base, "fp16": {"enabled": True}})
     assert clips({"gradient_clipping": 0.5})  # no zero_optimization block: stage 0
+    assert not clips({**base, "bfloat16": {"enabled": True}})  # bf16's alias
+    # fp16 autocast: DeepSpeed unscales the GradScaler's gradients only where it clips itself
+    assert not clips({**base, "torch_autocast": {"enabled": True, "dtype": "float16"}})
+    assert not clips({**base, "tensor_parallel": {"autotp_size": 2}})  # its norm spans the model-parallel group
+    assert clips({**base, "tensor_parallel": {"autotp_size": 1}})
 
 
 def test_clipping_in_the_optimizer_step_clips_and_keeps_the_pre_clip_norm():
