@@ -629,8 +629,11 @@ def validate(job, origin=None):
         fail("torch_compile", "torch_compile needs accelerator cuda (on cpu it only adds start-up time)",
              "set -e torch_compile=false (or auto)")
     if job["regional_compilation"] and not job["torch_compile"]:
+        fix = ("set -e regional_compilation=false (or auto): torch.compile runs on cuda only"
+               if job["accelerator"] != "cuda"
+               else "set -e torch_compile=true, or -e regional_compilation=false (or auto)")
         fail("regional_compilation", "regional_compilation is a way of running torch.compile, and torch_compile is "
-             "false", "set -e torch_compile=true, or -e regional_compilation=false (or auto)")
+             "false", fix)
     if job["offload_optimizer"] != "none" and job["zero_stage"] == 0:
         fail("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0",
              "set -e zero_stage=2 or -e offload_optimizer=none")

@@ -408,3 +408,5 @@ def test_masked_head_and_compile_need_their_setting():
         J.resolve("gpt2", {"accelerator": "cuda", "mlm_head": "masked"}, now=NOW)
     with pytest.raises(J.JobError, match="torch_compile needs accelerator cuda"):
         J.resolve("bert", {"accelerator": "cpu", "torch_compile": "true"}, now=NOW)
+    with pytest.raises(J.JobError, match="regional_compilation=false .or auto.: torch.compile runs on cuda only"):
+        J.resolve("bert", {"accelerator": "cpu", "regional_compilation": "true"}, now=NOW)
