@@ -255,6 +255,7 @@ class PerfCallback(transformers.TrainerCallback):
     def __init__(self, output_dir, global_batch: int, block_length: int, samples_seen=None, world_size: int = 1,
                  startup: dict | None = None, engine=None):
         self.samples_seen, self.world_size, self.engine = samples_seen, world_size, engine
+        self.engine_clipping = None
         self.startup = dict(startup or {})
         self.out = Path(output_dir)
         self.global_batch, self.block_length = global_batch, block_length
@@ -276,7 +277,7 @@ class PerfCallback(transformers.TrainerCallback):
         self.times["train_begin"] = time.time()
         engine = self.engine() if self.engine else None
         if hasattr(engine, "gradient_clipping"):  # the DeepSpeed engine: the clipping it applies itself
-            self.times["deepspeed_gradient_clipping"] = engine.gradient_clipping()
+            self.engine_clipping = engine.gradient_clipping()
         self.window_start = max(1, state.max_steps // 4)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -332,7 +333,7 @@ class PerfCallback(transformers.TrainerCallback):
                 "per_device_train_batch_size": args.per_device_train_batch_size,
                 "gradient_accumulation_steps": args.gradient_accumulation_steps,
                 "profile": self.times.get("profile"),
-                "deepspeed_gradient_clipping": self.times.get("deepspeed_gradient_clipping"),
+                "deepspeed_gradient_clipping": self.engine_clipping,
                 "startup": {**self.startup, "train_begin": self.times.get("train_begin"),
                             "first_step_end": self.times.get("first_step_end")}}
         if "window_start" in self.times and "window_end" in self.times:

@@ -136,7 +136,8 @@ def ds_config(path: Path, stage: int = 2, client_optimizer: bool = False) -> Pat
 
 def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", model_type: str = "bert",
                   config: dict | None = None, max_steps: int = 30, logging_steps: int = 5, micro: int = 8,
-                  accum: int = 1, lr: float = 1e-3, warmup: int = 3) -> list[str]:
+                  accum: int = 1, lr: float = 1e-3, warmup: int = 3, weight_decay: float = 0.01,
+                  max_grad_norm: float = 1.0) -> list[str]:
     """The pretrain.py command line, in the form train.job argv produces it (contract)."""
     config = config if config is not None else (TINY_BERT if model_type == "bert" else TINY_GPT2)
     args = ["--task", task, "--model_type", model_type, "--config_overrides", json.dumps(config),
@@ -145,8 +146,9 @@ def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", mod
         args += ["--mlm_probability", "0.15"]
     args += ["--output_dir", str(out), "--deepspeed", str(ds),
              "--per_device_train_batch_size", str(micro), "--gradient_accumulation_steps", str(accum),
-             "--learning_rate", str(lr), "--weight_decay", "0.01", "--adam_beta1", "0.9", "--adam_beta2", "0.999",
-             "--adam_epsilon", "1e-06", "--max_grad_norm", "1.0", "--warmup_steps", str(warmup),
+             "--learning_rate", str(lr), "--weight_decay", str(weight_decay), "--adam_beta1", "0.9",
+             "--adam_beta2", "0.999", "--adam_epsilon", "1e-06", "--max_grad_norm", str(max_grad_norm),
+             "--warmup_steps", str(warmup),
              "--max_steps", str(max_steps), "--save_steps", "1000", "--logging_steps", str(logging_steps),
              "--save_total_limit", "1", "--seed", "42", "--report_to", "none", "--dataloader_num_workers", "0",
              "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true"]

@@ -180,14 +180,6 @@ def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
         load_artifact(DataArguments(dataset_dir=str(gpt2_artifact)), "mlm")
 
 
-def _with(args: list[str], **values) -> list[str]:
-    """args with ``--key value`` replaced for each key=value."""
-    args = list(args)
-    for key, value in values.items():
-        args[args.index(f"--{key}") + 1] = str(value)
-    return args
-
-
 def _progress(out) -> list[dict]:
     return [r for r in map(json.loads, (out / "progress.jsonl").read_text().splitlines()) if "event" not in r]
 
@@ -208,8 +200,8 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
         work.mkdir()
         out = work / "output"
         args = pretrain_args(bert_artifact, out, ds_config(work / "ds.json", stage=0, client_optimizer=True),
-                             max_steps=8, micro=4, accum=2, logging_steps=1)
-        args = _with(args, max_grad_norm=0.05, weight_decay=0.0) + ["--optim", "adamw_torch"]
+                             max_steps=8, micro=4, accum=2, logging_steps=1, weight_decay=0.0,
+                             max_grad_norm=0.05) + ["--optim", "adamw_torch"]
         if name == "plain":  # the Trainer without DeepSpeed: accelerate clips with torch's clip_grad_norm_
             i = args.index("--deepspeed")
             del args[i:i + 2]
