@@ -23,6 +23,7 @@ this module changes nothing; running it bootstraps the rank before torch is impo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -56,6 +57,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
     set_seed,
 )
+from transformers.integrations import is_deepspeed_zero3_enabled  # noqa: E402
 
 from train import mlm_head  # noqa: E402  (torch only: a collator and a forward; importing it changes nothing)
 
@@ -389,10 +391,15 @@ def load_artifact(data_args: DataArguments, task: str):
     return tokenizer, dataset, meta
 
 
-def build_model(model_args: ModelArguments, tokenizer, block_length: int):
+def build_model(model_args: ModelArguments, tokenizer, block_length: int, device=None):
     """The model to train: from --model_name_or_path (embeddings grown to the tokenizer when smaller), or a fresh
     --model_type config with --config_overrides, its vocab_size set to the tokenizer's real size (len(tokenizer),
     whatever vocab_size the job asked for) and its special-token ids from the tokenizer.
+
+    ``device`` (a torch.device, e.g. the rank's cuda:N): a fresh model is built and initialised there (torch's device
+    context) instead of on the CPU, then moved: on an H200 that saves 1-2 s of a rank's start-up for BERT-base
+    (docs/benchmarks/gpu-2026-12-02b.md, phase "model"). The initial weights come from that device's generator,
+    seeded by set_seed like the CPU's. None: the CPU.
 
     Returns:
         (model, config).
@@ -437,7 +444,8 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int):
             raise UsageError(f"the model has {positions} position embeddings but blocks of {block_length} tokens "
                              f"need {need}; raise max_position_embeddings/n_positions or lower max_seq_length")
         extra = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
-        model = auto.from_config(config, **extra)
+        with device if device is not None else contextlib.nullcontext():
+            model = auto.from_config(config, **extra)
     if model_args.mlm_head == "masked":
         if model_args.task != "mlm":
             raise UsageError("--mlm_head masked applies to --task mlm only; use --mlm_head full")
@@ -470,7 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     STARTUP["data_loaded"] = time.time()
     block_length = len(dataset[0]["input_ids"])
     set_seed(training_args.seed)  # before the model is built, as run_mlm.py does: same initial weights everywhere
-    model, config = build_model(model_args, tokenizer, block_length)
+    # built on the rank's GPU (not under ZeRO-3: zero.Init partitions the parameters as they are made)
+    on_gpu = training_args.device.type == "cuda" and not is_deepspeed_zero3_enabled()
+    model, config = build_model(model_args, tokenizer, block_length, training_args.device if on_gpu else None)
     uses_num_items = runtime.fix_loss_kwargs_flag(model, len(tokenizer))
     STARTUP["model_built"] = time.time()
 

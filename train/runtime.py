@@ -303,10 +303,11 @@ def model_uses_num_items_in_batch(model, vocab_size: int) -> bool:
     was_training = model.training
     model.eval()
     try:
-        ids = torch.randint(0, vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
+        device = next(model.parameters()).device  # a model built on the rank's GPU (pretrain.build_model)
+        ids = torch.randint(0, vocab_size, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
         with torch.no_grad():
-            a = model(input_ids=ids, labels=ids, num_items_in_batch=torch.tensor(ids.numel())).loss
-            b = model(input_ids=ids, labels=ids, num_items_in_batch=torch.tensor(4 * ids.numel())).loss
+            a = model(input_ids=ids, labels=ids, num_items_in_batch=torch.tensor(ids.numel(), device=device)).loss
+            b = model(input_ids=ids, labels=ids, num_items_in_batch=torch.tensor(4 * ids.numel(), device=device)).loss
         return not torch.allclose(a, b, rtol=1e-4, atol=0.0)
     except TypeError:
         return False

@@ -180,6 +180,21 @@ def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
         load_artifact(DataArguments(dataset_dir=str(gpt2_artifact)), "mlm")
 
 
+def test_build_model_makes_a_fresh_model_on_the_given_device(bert_artifact):
+    """pretrain.main builds a fresh model on the rank's GPU (start-up); here the meta device stands in for it:
+    every parameter and buffer must be made there, none on the CPU and moved."""
+    import torch
+    from train.pretrain import DataArguments, ModelArguments, build_model, load_artifact
+
+    tokenizer, _, _ = load_artifact(DataArguments(dataset_dir=str(bert_artifact)), "mlm")
+    args = ModelArguments(model_type="bert", config_overrides=json.dumps(TINY_BERT), mlm_head="masked")
+    model, _ = build_model(args, tokenizer, 32, torch.device("meta"))
+    devices = {t.device.type for t in [*model.parameters(), *model.buffers()]}
+    assert devices == {"meta"}
+    model, config = build_model(args, tokenizer, 32)
+    assert {p.device.type for p in model.parameters()} == {"cpu"} and config.vocab_size == len(tokenizer)
+
+
 def _progress(out) -> list[dict]:
     return [r for r in map(json.loads, (out / "progress.jsonl").read_text().splitlines()) if "event" not in r]
 

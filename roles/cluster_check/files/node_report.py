@@ -8,8 +8,11 @@ probe.py (Python, torch and DeepSpeed versions, the pre-built ops), whose output
 Output keys: ``python`` (sys.executable), ``venv`` (sys.prefix), ``nccl`` (``"2.21.5"`` or null), ``gpus``
 (``[{"index": 0, "name": ..., "cc": "9.0"}]``, empty on CPU), ``pdsh`` (path or null) and ``paths``: for each named
 path its nearest existing directory, file-system type (/proc/self/mountinfo), whether that type is a network file
-system, free bytes, and whether a POSIX lock (fcntl.lockf) can be taken there (null when not tested). torch is
-imported only on accelerator=cuda (GPUs, NCCL). With ``master_port``: ``master_port_in_use``. (The runs still
+system, free bytes, and whether a POSIX lock (fcntl.lockf) can be taken there (null when not tested). On
+accelerator=cuda the GPUs come from ``nvidia-smi`` and NCCL's version from ``ncclGetVersion`` of the NCCL wheel the
+venv's torch loads (well under a second); torch itself (seconds: import and CUDA start) is asked only where that
+answer could differ from what a rank sees (see ``fast_gpus_and_nccl``). With ``master_port``:
+``master_port_in_use``. (The runs still
 running on the node come from train/rank_status.py's finder, run as a script of its own: one finder of a run's
 processes.)
 """
@@ -75,7 +78,74 @@ def describe_path(path):
             "locks": lock_works(existing)}
 
 
+def nccl_version_string(code):
+    """NCCL's version code (``ncclGetVersion``, the ``NCCL_VERSION_CODE`` of nccl.h) as "major.minor.patch".
+
+    From 2.9 on the code is major*10000 + minor*100 + patch (22809 -> "2.28.9"); before, major*1000 + minor*100 +
+    patch (2708 -> "2.7.8"). Same decoding as torch.cuda.nccl.version().
+    """
+    code = int(code)
+    if code >= 10000:
+        return "%d.%d.%d" % (code // 10000, code % 10000 // 100, code % 100)
+    return "%d.%d.%d" % (code // 1000, code % 1000 // 100, code % 100)
+
+
+def wheel_nccl_library(search_path=None):
+    """Path of ``nvidia/nccl/lib/libnccl.so.2`` of the nvidia-nccl-cu* wheel on ``search_path`` (default
+    sys.path), the library torch's CUDA wheels load through their RUNPATH; None when no such wheel is installed."""
+    for entry in sys.path if search_path is None else search_path:
+        candidate = os.path.join(entry or ".", "nvidia", "nccl", "lib", "libnccl.so.2")
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def fast_gpus_and_nccl(environ=None):
+    """The GPUs and NCCL version a rank would see, without importing torch, or None when unsure.
+
+    GPUs: ``nvidia-smi --query-gpu=index,name,compute_cap`` as ``[{"index": 0, "name": "NVIDIA H200", "cc":
+    "9.0"}]``. NCCL: ``ncclGetVersion`` of the venv's NCCL wheel (``wheel_nccl_library``), loaded with ctypes.
+    None (ask torch instead) when CUDA_VISIBLE_DEVICES is set (nvidia-smi ignores it), when LD_PRELOAD or a
+    libnccl.so* on LD_LIBRARY_PATH could give the ranks another NCCL than the wheel's, when torch ships its own
+    libnccl (torch/lib), or when nvidia-smi or the library is missing or fails.
+    """
+    import ctypes
+    import subprocess
+
+    environ = os.environ if environ is None else environ
+    if environ.get("CUDA_VISIBLE_DEVICES") is not None or environ.get("LD_PRELOAD"):
+        return None
+    for entry in environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if entry and os.path.isdir(entry) and any(name.startswith("libnccl.so") for name in os.listdir(entry)):
+            return None
+    library = wheel_nccl_library()
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if library is None or smi is None:
+        return None
+    for entry in sys.path:
+        if os.path.isfile(os.path.join(entry or ".", "torch", "lib", "libnccl.so.2")):
+            return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        gpus = []
+        for line in out.splitlines():
+            if line.strip():
+                index, name, cc = (field.strip() for field in line.split(","))  # a name with a comma: ValueError
+                gpus.append({"index": int(index), "name": name, "cc": cc})
+        code = ctypes.c_int()
+        if ctypes.CDLL(library).ncclGetVersion(ctypes.byref(code)) != 0:
+            return None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return gpus, nccl_version_string(code.value)
+
+
 def gpus_and_nccl():
+    """(GPUs, NCCL version) as a rank sees them: ``fast_gpus_and_nccl`` where it is sure, else torch's answer."""
+    fast = fast_gpus_and_nccl()
+    if fast is not None:
+        return fast
     try:
         import torch  # only on GPU nodes: importing torch takes seconds
     except ImportError:

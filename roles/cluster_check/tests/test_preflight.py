@@ -212,3 +212,60 @@ def test_health_names_a_gpu_below_80_percent_of_the_others_on_its_node():
     assert text.count("SLOW") == 3 and "worker-1 GPU 0 + 1" in text
     _, ok = preflight.check_health({"results": results, "min_busbw_gbps": 0.0, "relative": 0.5, "gpu_relative": 0.6})
     assert ok == []
+
+
+@pytest.fixture
+def gpu_node(tmp_path):
+    """A GPU node's pieces where this machine has none: an `nvidia-smi` on PATH that answers the query as the
+    H200's driver does, a real shared library `nvidia/nccl/lib/libnccl.so.2` (built here with cc) whose
+    ncclGetVersion returns 22809, and a `torch` package on the same path that raises when imported."""
+    site = tmp_path / "site"
+    lib = site / "nvidia" / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    source = tmp_path / "nccl.c"
+    source.write_text("int ncclGetVersion(int *v) { *v = 22809; return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib / "libnccl.so.2"), str(source)], check=True)
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("raise RuntimeError('node_report imported torch')\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=index,name,compute_cap ] || exit 2\n"
+                   "echo '0, NVIDIA H200, 9.0'\necho '1, NVIDIA H200, 9.0'\n")
+    smi.chmod(0o755)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH")}
+    env.update(PYTHONPATH=str(site), PATH="%s:%s" % (bin_dir, env.get("PATH", "")))
+    return site, env
+
+
+def run_report(env, request):
+    return subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_node_report_reads_gpus_and_nccl_without_torch(gpu_node):
+    _, env = gpu_node
+    out = run_report(env, {"accelerator": "cuda"})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["gpus"] == [{"index": 0, "name": "NVIDIA H200", "cc": "9.0"},
+                              {"index": 1, "name": "NVIDIA H200", "cc": "9.0"}]
+    assert report["nccl"] == "2.28.9"
+
+
+@pytest.mark.parametrize("variable, value", [("CUDA_VISIBLE_DEVICES", "1"), ("LD_PRELOAD", "/usr/lib/libnccl.so.2"),
+                                             ("LD_LIBRARY_PATH", "lib")])
+def test_node_report_asks_torch_where_a_rank_could_see_otherwise(gpu_node, variable, value):
+    """CUDA_VISIBLE_DEVICES (nvidia-smi ignores it), LD_PRELOAD or a libnccl on LD_LIBRARY_PATH: torch is asked
+    (here the stand-in torch raises, which shows it was imported)."""
+    site, env = gpu_node
+    env[variable] = str(site / "nvidia" / "nccl" / "lib") if value == "lib" else value
+    out = run_report(env, {"accelerator": "cuda"})
+    assert out.returncode != 0 and "node_report imported torch" in out.stderr
+
+
+def test_nccl_version_codes():
+    assert node_report.nccl_version_string(22809) == "2.28.9"
+    assert node_report.nccl_version_string(21805) == "2.18.5"
+    assert node_report.nccl_version_string(2708) == "2.7.8"
