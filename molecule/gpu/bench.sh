@@ -70,12 +70,18 @@ if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the repo
   env -u PYTHONPATH "$PY" -c "import time, subprocess, sys; t = time.time(); subprocess.run([sys.executable, '-c', 'import train.pretrain'], check=True); print(f'import train.pretrain: {time.time() - t:.1f} s wall')" || true
 fi
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-CACHES=/opt/deepspeed-cluster/local/torch_compile  # inventory/h200's local_ssd_dir + node_env's torch_compile/
+compile_caches() {  # torch.compile's cache directories as the ranks get them: the .deepspeed_env the last run rendered
+  # (its path from that run's playbook log); none yet = no run on this machine yet, nothing cached there
+  local envfile
+  envfile=$(grep -ho 'Render /[^ ]*/\.deepspeed_env' "$STATE"/logs/*.playbook.log 2>/dev/null | tail -1 | cut -d' ' -f2)
+  [ -n "$envfile" ] && [ -f "$envfile" ] && sed -n 's/^\(TORCHINDUCTOR_CACHE_DIR\|TRITON_CACHE_DIR\)=//p' "$envfile"
+  echo "/tmp/torchinductor_$(id -un)"  # torch's own default, where the variables are not set
+}
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
   local key=$1 label=$2 run=$3 prof=$4; shift 4
   case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
   case "$key" in bert|bert-whole|gpt2|gpt2-regional)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
-    rm -rf "$CACHES"/inductor/* "$CACHES"/triton/* "/tmp/torchinductor_$(id -un)" ;; esac
+    compile_caches | while read -r d; do [ -n "$d" ] && rm -rf "${d:?}"/*; done ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
   # profile_tasks: each task's start time in the log (train.bench's "before the launcher" breakdown)
