@@ -73,7 +73,8 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 compile_caches() {  # torch.compile's cache directories as the ranks get them: the .deepspeed_env the last run rendered
   # (its path from that run's playbook log); none yet = no run on this machine yet, nothing cached there
   local envfile
-  envfile=$(grep -ho 'Render /[^ ]*/\.deepspeed_env' "$STATE"/logs/*.playbook.log 2>/dev/null | tail -1 | cut -d' ' -f2)
+  envfile=$(ls -t "$STATE"/logs/*.playbook.log 2>/dev/null | xargs -r grep -ho 'Render /[^ ]*/\.deepspeed_env' |
+            head -1 | cut -d' ' -f2)  # ls -t: the newest run's log first
   [ -n "$envfile" ] && [ -f "$envfile" ] && sed -n 's/^\(TORCHINDUCTOR_CACHE_DIR\|TRITON_CACHE_DIR\)=//p' "$envfile"
   echo "/tmp/torchinductor_$(id -un)"  # torch's own default, where the variables are not set
 }

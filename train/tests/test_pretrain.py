@@ -182,7 +182,8 @@ def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
 
 def test_build_model_makes_a_fresh_model_on_the_given_device(bert_artifact):
     """pretrain.main builds a fresh model on the rank's GPU (start-up); here the meta device stands in for it:
-    every parameter and buffer must be made there, none on the CPU and moved."""
+    every parameter and buffer must end up there (built there: a meta tensor cannot be initialised and moved
+    back)."""
     import torch
     from train.pretrain import DataArguments, ModelArguments, build_model, load_artifact
 

@@ -82,7 +82,7 @@ def nccl_version_string(code):
     """NCCL's version code (``ncclGetVersion``, the ``NCCL_VERSION_CODE`` of nccl.h) as "major.minor.patch".
 
     From 2.9 on the code is major*10000 + minor*100 + patch (22809 -> "2.28.9"); before, major*1000 + minor*100 +
-    patch (2708 -> "2.7.8"). Same decoding as torch.cuda.nccl.version().
+    patch (2708 -> "2.7.8"): nccl.h's NCCL_VERSION macro.
     """
     code = int(code)
     if code >= 10000:
@@ -90,64 +90,98 @@ def nccl_version_string(code):
     return "%d.%d.%d" % (code // 1000, code % 1000 // 100, code % 100)
 
 
-def wheel_nccl_library(search_path=None):
-    """Path of ``nvidia/nccl/lib/libnccl.so.2`` of the nvidia-nccl-cu* wheel on ``search_path`` (default
-    sys.path), the library torch's CUDA wheels load through their RUNPATH; None when no such wheel is installed."""
-    for entry in sys.path if search_path is None else search_path:
-        candidate = os.path.join(entry or ".", "nvidia", "nccl", "lib", "libnccl.so.2")
-        if os.path.isfile(candidate):
-            return candidate
-    return None
+def library_nccl_version(path):
+    """``ncclGetVersion`` of the shared library at ``path`` as "major.minor.patch"; None when it cannot be loaded,
+    lacks the symbol or returns an error."""
+    import ctypes
+
+    code = ctypes.c_int()
+    try:
+        if ctypes.CDLL(path).ncclGetVersion(ctypes.byref(code)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return nccl_version_string(code.value)
+
+
+def torch_site():
+    """The directory that holds the venv's torch package (found without importing it), or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
 def fast_gpus_and_nccl(environ=None):
-    """The GPUs and NCCL version a rank would see, without importing torch, or None when unsure.
+    """The GPUs and NCCL version torch would report in this environment, without importing torch, or None when
+    unsure.
 
-    GPUs: ``nvidia-smi --query-gpu=index,name,compute_cap`` as ``[{"index": 0, "name": "NVIDIA H200", "cc":
-    "9.0"}]``. NCCL: ``ncclGetVersion`` of the venv's NCCL wheel (``wheel_nccl_library``), loaded with ctypes.
-    None (ask torch instead) when CUDA_VISIBLE_DEVICES is set (nvidia-smi ignores it), when LD_PRELOAD or a
-    libnccl.so* on LD_LIBRARY_PATH could give the ranks another NCCL than the wheel's, when torch ships its own
-    libnccl (torch/lib), or when nvidia-smi or the library is missing or fails.
+    GPUs: ``nvidia-smi --query-gpu=index,name,compute_cap,mig.mode.current`` as ``[{"index": 0, "name": "NVIDIA
+    H200", "cc": "9.0"}]``. NCCL: ``ncclGetVersion`` of ``nvidia/nccl/lib/libnccl.so.2`` next to torch (the
+    nvidia-nccl-cu* wheel, which torch's CUDA wheels load through their RUNPATH). None (ask torch instead) when
+    CUDA_VISIBLE_DEVICES is set or a GPU is in MIG mode (CUDA then shows other devices than nvidia-smi's list),
+    when LD_PRELOAD or a libnccl.so* on LD_LIBRARY_PATH could load another NCCL than the wheel's, when torch ships
+    its own libnccl (torch/lib), or when nvidia-smi, torch or the wheel is missing or fails. The environment is the
+    one this script runs in (Ansible's), as it was for torch's answer.
     """
-    import ctypes
     import subprocess
 
     environ = os.environ if environ is None else environ
     if environ.get("CUDA_VISIBLE_DEVICES") is not None or environ.get("LD_PRELOAD"):
         return None
-    for entry in environ.get("LD_LIBRARY_PATH", "").split(":"):
-        if entry and os.path.isdir(entry) and any(name.startswith("libnccl.so") for name in os.listdir(entry)):
-            return None
-    library = wheel_nccl_library()
-    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
-    if library is None or smi is None:
-        return None
-    for entry in sys.path:
-        if os.path.isfile(os.path.join(entry or ".", "torch", "lib", "libnccl.so.2")):
-            return None
     try:
-        out = subprocess.run([smi, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
+        for entry in environ.get("LD_LIBRARY_PATH", "").split(":"):
+            if entry and os.path.isdir(entry) and any(name.startswith("libnccl.so") for name in os.listdir(entry)):
+                return None
+    except OSError:  # an entry this user cannot list
+        return None
+    site = torch_site()
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if site is None or smi is None or os.path.exists(os.path.join(site, "torch", "lib", "libnccl.so.2")):
+        return None
+    library = os.path.join(site, "nvidia", "nccl", "lib", "libnccl.so.2")
+    nccl = library_nccl_version(library) if os.path.isfile(library) else None
+    if nccl is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name,compute_cap,mig.mode.current", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=60, check=True).stdout
         gpus = []
         for line in out.splitlines():
             if line.strip():
-                index, name, cc = (field.strip() for field in line.split(","))  # a name with a comma: ValueError
+                index, name, cc, mig = (field.strip() for field in line.split(","))  # a name with a comma: ValueError
+                if mig == "Enabled":
+                    return None
                 gpus.append({"index": int(index), "name": name, "cc": cc})
-        code = ctypes.c_int()
-        if ctypes.CDLL(library).ncclGetVersion(ctypes.byref(code)) != 0:
-            return None
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
-    return gpus, nccl_version_string(code.value)
+    return gpus, nccl
+
+
+def loaded_nccl_library(maps="/proc/self/maps"):
+    """Path of the libnccl.so* this process has loaded (torch links its CUDA build against it), or None."""
+    try:
+        with open(maps, encoding="utf-8") as handle:
+            for line in handle:  # address perms offset dev inode [path]
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libnccl.so"):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
 
 
 def gpus_and_nccl():
-    """(GPUs, NCCL version) as a rank sees them: ``fast_gpus_and_nccl`` where it is sure, else torch's answer."""
+    """(GPUs, NCCL version) as torch sees them: ``fast_gpus_and_nccl`` where it is sure, else torch's answer. The
+    NCCL version is the loaded library's (``ncclGetVersion``) on both paths; torch.cuda.nccl.version() (the headers
+    torch was built with) only where NCCL is linked into torch statically."""
     fast = fast_gpus_and_nccl()
     if fast is not None:
         return fast
     try:
-        import torch  # only on GPU nodes: importing torch takes seconds
+        import torch  # importing torch and starting CUDA take seconds
     except ImportError:
         return [], None
     if not torch.cuda.is_available():
@@ -156,8 +190,12 @@ def gpus_and_nccl():
     for index in range(torch.cuda.device_count()):
         major, minor = torch.cuda.get_device_capability(index)
         gpus.append({"index": index, "name": torch.cuda.get_device_name(index), "cc": "%d.%d" % (major, minor)})
-    nccl = torch.cuda.nccl.version()
-    return gpus, ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+    library = loaded_nccl_library()
+    nccl = library_nccl_version(library) if library else None
+    if nccl is None:
+        built = torch.cuda.nccl.version()
+        nccl = ".".join(str(part) for part in built) if isinstance(built, tuple) else str(built)
+    return gpus, nccl
 
 
 def port_in_use(port):

@@ -6,6 +6,7 @@ import copy
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -214,11 +215,36 @@ def test_health_names_a_gpu_below_80_percent_of_the_others_on_its_node():
     assert ok == []
 
 
+FAKE_TORCH = """
+import ctypes, os
+if os.environ.get("FAKE_TORCH_RAISES"):
+    raise RuntimeError("node_report imported torch")
+# a CUDA torch links libnccl: loading it puts it in /proc/self/maps
+_nccl = ctypes.CDLL(os.path.join(os.path.dirname(__file__), "..", "nvidia", "nccl", "lib", "libnccl.so.2"))
+
+
+class cuda:
+    class nccl:
+        @staticmethod
+        def version():
+            return (2, 27, 3)  # the headers torch was built with, not the library it loads
+
+    is_available = staticmethod(lambda: True)
+    device_count = staticmethod(lambda: 1)
+    get_device_capability = staticmethod(lambda index: (9, 0))
+    get_device_name = staticmethod(lambda index: "NVIDIA H200 (torch)")
+"""
+
+
 @pytest.fixture
 def gpu_node(tmp_path):
     """A GPU node's pieces where this machine has none: an `nvidia-smi` on PATH that answers the query as the
     H200's driver does, a real shared library `nvidia/nccl/lib/libnccl.so.2` (built here with cc) whose
-    ncclGetVersion returns 22809, and a `torch` package on the same path that raises when imported."""
+    ncclGetVersion returns 22809, and a stand-in `torch` next to it that loads that library (as a CUDA torch does),
+    names its GPU "NVIDIA H200 (torch)", says it was built with NCCL 2.27.3 headers, and raises when imported under
+    FAKE_TORCH_RAISES=1."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler (cc) to build the stand-in libnccl.so.2")
     site = tmp_path / "site"
     lib = site / "nvidia" / "nccl" / "lib"
     lib.mkdir(parents=True)
@@ -226,12 +252,12 @@ def gpu_node(tmp_path):
     source.write_text("int ncclGetVersion(int *v) { *v = 22809; return 0; }\n")
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib / "libnccl.so.2"), str(source)], check=True)
     (site / "torch").mkdir()
-    (site / "torch" / "__init__.py").write_text("raise RuntimeError('node_report imported torch')\n")
+    (site / "torch" / "__init__.py").write_text(FAKE_TORCH)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=index,name,compute_cap ] || exit 2\n"
-                   "echo '0, NVIDIA H200, 9.0'\necho '1, NVIDIA H200, 9.0'\n")
+    smi.write_text("#!/bin/sh\n[ \"$1\" = --query-gpu=index,name,compute_cap,mig.mode.current ] || exit 2\n"
+                   "echo \"0, NVIDIA H200, 9.0, ${FAKE_MIG:-Disabled}\"\necho '1, NVIDIA H200, 9.0, [N/A]'\n")
     smi.chmod(0o755)
     env = {key: value for key, value in os.environ.items()
            if key not in ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH")}
@@ -240,32 +266,47 @@ def gpu_node(tmp_path):
 
 
 def run_report(env, request):
-    return subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_node_report_reads_gpus_and_nccl_without_torch(gpu_node):
     _, env = gpu_node
-    out = run_report(env, {"accelerator": "cuda"})
-    assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = run_report(dict(env, FAKE_TORCH_RAISES="1"), {"accelerator": "cuda"})
     assert report["gpus"] == [{"index": 0, "name": "NVIDIA H200", "cc": "9.0"},
                               {"index": 1, "name": "NVIDIA H200", "cc": "9.0"}]
     assert report["nccl"] == "2.28.9"
 
 
-@pytest.mark.parametrize("variable, value", [("CUDA_VISIBLE_DEVICES", "1"), ("LD_PRELOAD", "/usr/lib/libnccl.so.2"),
-                                             ("LD_LIBRARY_PATH", "lib")])
-def test_node_report_asks_torch_where_a_rank_could_see_otherwise(gpu_node, variable, value):
-    """CUDA_VISIBLE_DEVICES (nvidia-smi ignores it), LD_PRELOAD or a libnccl on LD_LIBRARY_PATH: torch is asked
-    (here the stand-in torch raises, which shows it was imported)."""
+@pytest.mark.parametrize("case", ["CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH", "MIG", "no nvidia-smi",
+                                  "torch's own libnccl"])
+def test_node_report_asks_torch_where_it_could_see_otherwise(gpu_node, case):
+    """Where nvidia-smi or the wheel's library could differ from what torch sees, torch answers (its GPU name shows
+    it), and the NCCL version is still the loaded library's (2.28.9), not the headers torch was built with."""
     site, env = gpu_node
-    env[variable] = str(site / "nvidia" / "nccl" / "lib") if value == "lib" else value
-    out = run_report(env, {"accelerator": "cuda"})
-    assert out.returncode != 0 and "node_report imported torch" in out.stderr
+    lib = site / "nvidia" / "nccl" / "lib"
+    if case == "CUDA_VISIBLE_DEVICES":
+        env[case] = "1"
+    elif case == "LD_PRELOAD":
+        env[case] = str(lib / "libnccl.so.2")
+    elif case == "LD_LIBRARY_PATH":
+        env[case] = str(lib)
+    elif case == "MIG":
+        env["FAKE_MIG"] = "Enabled"
+    elif case == "no nvidia-smi":
+        env["PATH"] = env["PATH"].split(":", 1)[1]
+    else:
+        (site / "torch" / "lib").mkdir()
+        shutil.copy(lib / "libnccl.so.2", site / "torch" / "lib" / "libnccl.so.2")
+    report = run_report(env, {"accelerator": "cuda"})
+    assert report["gpus"] == [{"index": 0, "name": "NVIDIA H200 (torch)", "cc": "9.0"}]
+    assert report["nccl"] == "2.28.9"
 
 
-def test_nccl_version_codes():
+def test_nccl_version_codes(tmp_path):
     assert node_report.nccl_version_string(22809) == "2.28.9"
     assert node_report.nccl_version_string(21805) == "2.18.5"
     assert node_report.nccl_version_string(2708) == "2.7.8"
+    assert node_report.library_nccl_version(str(tmp_path / "missing.so")) is None

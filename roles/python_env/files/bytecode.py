@@ -3,8 +3,8 @@
 Run by roles/python_env with the venv's interpreter: ``<venv>/bin/python bytecode.py``. Python reads a module's
 ``__pycache__/*.pyc`` when it is fresh and otherwise compiles the source on every import; a preinstalled
 environment (a GPU image built with PYTHONDONTWRITEBYTECODE=1, as the H200 image is) may hold none for torch or
-sympy, and each rank then spends seconds compiling them at start-up (docs/benchmarks/gpu-2026-12-02c.md: ``import
-torch`` 5.3-5.9 s without, and the image's environment never writes them). A module is stale when its .pyc is missing or its header
+sympy, and each rank then spends seconds compiling them at every start (docs/benchmarks/gpu-2026-12-02c.md, its
+notes). A module is stale when its .pyc is missing or its header
 does not record the source's mtime and size (the check importlib makes on import); only those are compiled (with
 ``compileall.compile_file``, in parallel), so a second run compiles nothing and takes well under a second per
 10,000 modules.
@@ -19,6 +19,7 @@ import concurrent.futures
 import importlib.util
 import json
 import os
+import py_compile
 import sysconfig
 import time
 
@@ -33,8 +34,10 @@ def sources(root):
 
 
 def fresh(source):
-    """True when ``source`` has a .pyc that this interpreter uses as it is (PEP 3147 path; PEP 552 header: a
-    hash-based .pyc, or a timestamp one recording the source's mtime and size, both mod 2**32)."""
+    """True when ``source`` has a .pyc that this interpreter uses as it is: the PEP 3147 path, then the PEP 552
+    header judged as importlib's ``_classify_pyc`` / ``_validate_*_pyc`` do -- this Python's magic number, no flag
+    bits but 0b11; a timestamp .pyc recording the source's mtime and size (both mod 2**32); a hash-based one with
+    the source's hash (checked) or unchecked."""
     try:
         with open(importlib.util.cache_from_source(source), "rb") as handle:
             header = handle.read(16)
@@ -43,14 +46,26 @@ def fresh(source):
         return False
     if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
         return False
-    if int.from_bytes(header[4:8], "little") != 0:
-        return True
+    flags = int.from_bytes(header[4:8], "little")
+    if flags & ~0b11:
+        return False
+    if flags & 0b01:  # hash-based
+        if not flags & 0b10:
+            return True  # unchecked: importlib does not look at the source
+        try:
+            with open(source, "rb") as handle:
+                return header[8:16] == importlib.util.source_hash(handle.read())
+        except OSError:
+            return False
     return (int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
             and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF)
 
 
 def compile_one(source):
-    compileall.compile_file(source, quiet=2)
+    """Write ``source``'s timestamp .pyc (forced: compileall's own staleness test skips the size) and return
+    whether it is now fresh; False for a source this Python cannot compile or a directory it cannot write."""
+    compileall.compile_file(source, quiet=2, force=True,
+                            invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
     return fresh(source)
 
 
@@ -62,7 +77,7 @@ def main():
     stale = [source for source in modules if not fresh(source)]
     compiled = 0
     if stale:
-        with concurrent.futures.ProcessPoolExecutor() as pool:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
             compiled = sum(pool.map(compile_one, stale, chunksize=64))
     print(json.dumps({"modules": len(modules), "stale": len(stale), "compiled": compiled, "roots": roots,
                       "seconds": round(time.time() - start, 1)}))
