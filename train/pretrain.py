@@ -397,9 +397,9 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
     whatever vocab_size the job asked for) and its special-token ids from the tokenizer.
 
     ``device`` (a torch.device, e.g. the rank's cuda:N): a fresh model is built and initialised there (torch's device
-    context) instead of on the CPU, then moved (start-up phase "model" of BERT-base on an H200: 1.2-2.3 s in
-    docs/benchmarks/gpu-2026-12-02b.md, 0.3-0.6 s in gpu-2026-12-02c.md, which also had the venv's bytecode). The initial weights come from that device's generator,
-    seeded by set_seed like the CPU's. None: the CPU.
+    context) instead of on the CPU and moved later (start-up phase "model" of BERT-base on an H200: 1.2-2.3 s in
+    docs/benchmarks/gpu-2026-12-02b.md, 0.3-0.6 s in gpu-2026-12-02c.md, which also had the venv's bytecode). The
+    initial weights come from that device's generator, seeded by set_seed like the CPU's. None: the CPU.
 
     Returns:
         (model, config).

@@ -114,7 +114,7 @@ def torch_site():
     return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
-def fast_gpus_and_nccl(environ=None):
+def fast_gpus_and_nccl():
     """The GPUs and NCCL version torch would report in this environment, without importing torch, or None when
     unsure.
 
@@ -128,7 +128,7 @@ def fast_gpus_and_nccl(environ=None):
     """
     import subprocess
 
-    environ = os.environ if environ is None else environ
+    environ = os.environ
     if environ.get("CUDA_VISIBLE_DEVICES") is not None or environ.get("LD_PRELOAD"):
         return None
     try:
