@@ -7,7 +7,7 @@ BIN      := $(VENV)/bin
 NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup provision demo lint test unit cluster-test molecule bench
+.PHONY: setup provision demo lint test unit unit-fast cluster-test molecule bench
 
 $(BIN)/ansible-playbook: requirements.txt
 	@echo "== controller tools -> $(VENV) (ansible, ansible-lint, pytest)"
@@ -28,6 +28,11 @@ demo: provision
 lint: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 	$(BIN)/ansible-playbook --syntax-check site.yml train.yml
+
+# The fast tier (docs/testing.md): train/'s pure-Python tests with the controller's .venv -- no provisioning, no torch,
+# no training run; about 30 s on 2 cores. Tests marked torch or slow (pytest.ini) are left to `make unit`.
+unit-fast: setup
+	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(PYTEST_ARGS)
 
 # Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
 unit:

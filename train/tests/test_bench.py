@@ -5,9 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from train import bench
 
 from .conftest import REPO
+
+pytestmark = pytest.mark.torch  # test tiers: pytest.ini (it imports train.pretrain)
 
 # the shape ansible.posix.profile_tasks gives train.yml's output (header, then the time line under it)
 PLAYBOOK_LOG = """

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# the torch tier (pytest.ini): the node venv's torch stack; skipped where it is not installed (make unit-fast)
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
 from safetensors.torch import save_file
 
 from train import checkpoints

@@ -14,6 +14,8 @@ import pytest
 
 from .conftest import PYTHON, REPO, one_line_error, write_job
 
+pytestmark = pytest.mark.torch  # test tiers: pytest.ini
+
 
 def _paras(n: int) -> list[str]:
     from pydoc_data.topics import topics

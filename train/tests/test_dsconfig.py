@@ -13,7 +13,10 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
+
+# the torch tier (pytest.ini): the node venv's torch stack; skipped where it is not installed (make unit-fast)
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
 from deepspeed.runtime import config as ds_config_module
 from deepspeed.runtime import lr_schedules
 from deepspeed.runtime.config import DeepSpeedConfig

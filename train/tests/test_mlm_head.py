@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
+
+# the torch tier (pytest.ini): the node venv's torch stack; skipped where it is not installed (make unit-fast)
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
 from transformers import (AutoModelForMaskedLM, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
                           RobertaConfig, RobertaForMaskedLM)
 

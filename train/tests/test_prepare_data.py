@@ -15,6 +15,8 @@ import pytest
 
 from .conftest import SEQ, one_line_error, prepare_or_fail, run_prepare, write_job
 
+pytestmark = pytest.mark.torch  # test tiers: pytest.ini
+
 
 
 

@@ -17,6 +17,8 @@ from train.runtime import METRICS_KEYS
 
 from .conftest import TINY_BERT, TINY_GPT2, ds_config, job_dict, launch, pretrain_args
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # test tiers: pytest.ini
+
 BERT_STEPS = 30
 
 

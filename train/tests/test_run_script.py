@@ -12,6 +12,8 @@ from train import script_args
 from train.runtime import METRICS_KEYS
 from train.tests.conftest import ds_config, launch, write_job
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # test tiers: pytest.ini
+
 USER_SCRIPT = textwrap.dedent('''
     """run_mlm.py in miniature, as a user would write it: nothing here knows about the project."""
     import json

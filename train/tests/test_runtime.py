@@ -14,6 +14,8 @@ from train import runtime
 
 from .conftest import REPO, write_job
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # test tiers: pytest.ini
+
 MODULES = ("train", "train.artifact", "train.callbacks", "train.corpus", "train.dsconfig", "train.job",
            "train.prepare_data", "train.pretrain", "train.progress", "train.run_script", "train.runtime",
            "train.script_args")
