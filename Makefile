@@ -17,7 +17,7 @@ $(BIN)/ansible-playbook: requirements.txt
 
 setup: $(BIN)/ansible-playbook
 
-# Provision this machine (inventory/local) -- see README "Provisioning".
+# Provision this machine (inventory/local) -- see docs/provisioning.md.
 provision: setup
 	$(BIN)/ansible-playbook site.yml
 
@@ -46,13 +46,13 @@ test: lint provision
 	$(MAKE) molecule
 	$(MAKE) cluster-test
 
-# Multi-node scenario (README "Testing multi-node"): 3 podman containers, site.yml, check.yml, train.yml in both launch
+# Multi-node scenario (docs/multi-node.md, "Testing multi-node"): 3 podman containers, site.yml, check.yml, train.yml in both launch
 # modes and with a user script, then molecule/cluster/verify.py. Needs root; installs podman, debootstrap and runc with
 # apt when missing. 15 min on 2 cores from no image and no wheelhouse, with the DeepSpeed wheel cached by `provision`.
 cluster-test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH molecule/cluster/run.sh test
 
-# The roles' molecule scenarios in podman containers (README "Tests"): cuda preinstalled + support matrix, cuda distro
+# The roles' molecule scenarios in podman containers (docs/testing.md): cuda preinstalled + support matrix, cuda distro
 # (the real CUDA 11.8 from Debian non-free: 1.6 GB download), python_env (air-gapped wheelhouse), nccl (wheel), deepspeed
 # (ops from the wheel `provision` cached), node_env. Needs root; installs podman, debootstrap and runc with apt when
 # missing and builds the node image. `make molecule SCENARIOS="cuda/distro nccl"` runs some.

@@ -260,7 +260,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
             from_script = script_args.job_overrides(user_args)
             user_ds = script_args.deepspeed_config(user_args)
         except script_args.ScriptArgsError as exc:
-            raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
+            raise PlanError(str(exc), "-e script_args", "see docs/own-script.md") from None
         tree = parse_script(script)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
         overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
@@ -319,7 +319,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
             given = script_args.with_deepspeed(user_args, ds_path) if user_ds is not None else user_args
             argv = script_args.complete(given, default_output, ds_path, script_data_dir or None)
         except script_args.ScriptArgsError as exc:
-            raise PlanError(str(exc), "-e script_args", "see README \"Your own training script\"") from None
+            raise PlanError(str(exc), "-e script_args", "see docs/own-script.md") from None
         output = script_args.output_dir_of(argv, default_output)
     resumed = None
     if source is not None:

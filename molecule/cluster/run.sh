@@ -92,7 +92,7 @@ converge() {
       -e train_poll_seconds=5 2>&1 | tee "$state/train-$mode.log"
     log "train.yml launcher=$mode took $(( $(date +%s) - t0 )) s"
   done
-  # A user's own run_mlm.py-style script (README "Your own training script"): the test suite's USER_SCRIPT, its
+  # A user's own run_mlm.py-style script (docs/own-script.md): the test suite's USER_SCRIPT, its
   # text file on the head only (script_data), the tokenizer the first run prepared (staged on every node).
   t0=$(date +%s)
   log "train.yml -e script=my_run_mlm.py"

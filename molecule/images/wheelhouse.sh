@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The wheelhouse the test nodes install from. They cannot see this machine's pip configuration, which is what gives
 # `pip install torch==2.13.0` a CPU build here; inside a node a plain pip would pull the multi-GB CUDA build. The same
-# mechanism an air-gapped cluster uses (README "Air-gapped nodes"). Used by the role scenarios (roles/*/molecule) and
+# mechanism an air-gapped cluster uses (docs/air-gapped.md). Used by the role scenarios (roles/*/molecule) and
 # the cluster scenario (molecule/cluster/run.sh).
 #
 #   molecule/images/wheelhouse.sh [DIR]     # default $WHEELHOUSE or ~/.cache/deepspeed-cluster/wheelhouse

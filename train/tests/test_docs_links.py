@@ -1,0 +1,133 @@
+"""The documentation's links resolve: every relative ``[text](target)`` in README.md and docs/**/*.md names a file
+or directory that exists, and a ``#anchor`` names a heading of the target page (GitHub's heading slugs).
+
+Standard library only (no torch, no yaml): it runs with any Python that has pytest."""
+
+import re
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README_MAX_LINES = 250
+
+FENCE = re.compile(r"^ {0,3}(```|~~~)")
+HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+# [text](target) or ![alt](target); target without spaces or in <...>, optionally followed by a "title"
+LINK = re.compile(r"!?\[(?P<text>[^\]]*)\]\(\s*(?P<target><[^>]*>|[^)\s]+)(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+EXTERNAL = re.compile(r"^(https?:|mailto:)", re.IGNORECASE)
+
+
+def markdown_files():
+    return [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md"))
+
+
+def prose_lines(text):
+    """(line number, line) of every line outside fenced code blocks."""
+    fence = None
+    for number, line in enumerate(text.splitlines(), 1):
+        match = FENCE.match(line)
+        if match:
+            if fence is None:
+                fence = match.group(1)
+            elif match.group(1) == fence:
+                fence = None
+            continue
+        if fence is None:
+            yield number, line
+
+
+def github_slug(heading):
+    """GitHub's anchor for a heading: its text (inline code's content kept, markup dropped) lowercased, every
+    character that is not a letter, mark, digit, connector punctuation ('_'), space or '-' removed, spaces -> '-'."""
+    text = INLINE_CODE.sub(lambda m: m.group(2), heading)
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link in a heading: its text
+    text = re.sub(r"<[^>]+>", "", text)  # inline HTML
+    text = text.lower()
+    kept = [ch for ch in text if ch in " -" or unicodedata.category(ch)[0] in "LMN" or unicodedata.category(ch) == "Pc"]
+    return "".join(kept).replace(" ", "-")
+
+
+def anchors(path):
+    """Every heading anchor of a Markdown file, with GitHub's -1, -2, ... suffixes for repeated slugs."""
+    seen = {}
+    found = set()
+    for _, line in prose_lines(path.read_text(encoding="utf-8")):
+        match = HEADING.match(line)
+        if not match:
+            continue
+        slug = github_slug(match.group(2))
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    # explicit HTML anchors (<a name="x"> / id="x") count too
+    text = path.read_text(encoding="utf-8")
+    found.update(re.findall(r"<a\s+(?:name|id)=\"([^\"]+)\"", text))
+    return found
+
+
+def links(path):
+    """(line number, target) of every Markdown link outside code (fences and inline code spans)."""
+    for number, line in prose_lines(path.read_text(encoding="utf-8")):
+        for match in LINK.finditer(INLINE_CODE.sub("", line)):
+            yield number, match.group("target").strip("<>")
+
+
+def broken_links(path):
+    """One message per link of ``path`` whose file or heading does not exist."""
+    problems = []
+    for number, target in links(path):
+        if EXTERNAL.match(target):
+            continue
+        where = f"{path.relative_to(REPO)}:{number}: ({target})"
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if not dest.exists():
+            problems.append(f"{where}: {dest.relative_to(REPO) if dest.is_relative_to(REPO) else dest} does not exist")
+            continue
+        if anchor:
+            if dest.is_dir() or dest.suffix.lower() != ".md":
+                problems.append(f"{where}: #{anchor} on {file_part}, which is not a Markdown file")
+            elif anchor not in anchors(dest):
+                problems.append(f"{where}: {dest.relative_to(REPO)} has no heading whose anchor is #{anchor}")
+    return problems
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(path):
+    problems = broken_links(path)
+    assert not problems, "broken links:\n" + "\n".join(problems)
+
+
+def test_readme_is_short():
+    lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move detail into a docs/ page and link it from "
+        "the README's Documents list")
+
+
+@pytest.mark.parametrize("heading, slug", [
+    ("CUDA × torch: which torch a `cuda_version` gets", "cuda--torch-which-torch-a-cuda_version-gets"),
+    ("Checking the cluster: `playbooks/check.yml`", "checking-the-cluster-playbookscheckyml"),
+    ("Checkpoints, resume, re-attach", "checkpoints-resume-re-attach"),
+    ("train.yml's steps → roles", "trainymls-steps--roles"),
+    ("Größe und Ölung", "größe-und-ölung"),
+])
+def test_github_slug(heading, slug):
+    assert github_slug(heading) == slug
+
+
+def test_a_broken_link_is_found(tmp_path, monkeypatch):
+    """The checker itself: a missing file and a missing heading are both reported."""
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A page\n\n## Real heading\n")
+    page = tmp_path / "README.md"
+    page.write_text("[ok](docs/a.md#real-heading) [gone](docs/nope.md) [bad](docs/a.md#no-such)\n"
+                    "`[code](not/a/link.md)`\n```\n[fenced](not/a/link.md)\n```\n[web](https://example.com/x#y)\n")
+    problems = broken_links(page)
+    assert len(problems) == 2, problems
+    assert "docs/nope.md does not exist" in problems[0] and "#no-such" in problems[1]
