@@ -59,7 +59,7 @@ cluster-test: setup
 molecule: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH molecule/roles.sh $(SCENARIOS)
 
-# The GPU benchmark (issue 13, docs/benchmarks/gpu-<date>.md): ON ONE GPU MACHINE laid out like inventory/h200, with
+# The GPU benchmark (docs/benchmarks/gpu-<date>.md): ON ONE GPU MACHINE laid out like inventory/h200, with
 # the wheelhouse .whl/ of docs/gpu-validation.md: provisions, then trains bert (blog recipe and defaults) and gpt2
 # through train.yml and writes $(BENCH_OUT)/gpu-<date>.json and .md.
 BENCH_OUT ?= docs/benchmarks

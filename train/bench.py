@@ -12,7 +12,7 @@ playbook start time from RUNS.json (a list of {"label", "run_name", "command", "
 "playbook_end_unix_s", "run_dirs": [dirs to look in], optionally "series": a name}), and writes
 OUT/gpu-<date>.json and OUT/gpu-<date>.md.
 
-Data-parallel scaling (issue 12; ``scaling``): the runs of one ``series`` are the same preset at several world
+Data-parallel scaling (``scaling``): the runs of one ``series`` are the same preset at several world
 sizes with the same per-GPU batch (micro batch x accumulation), i.e. weak scaling; for each run
 efficiency = (samples/s / world size) / (samples/s / world size of the series' smallest run), speedup = samples/s /
 that run's samples/s (the usual weak-scaling definitions, e.g. NVIDIA DeepLearningExamples' "weak scaling"
@@ -361,8 +361,8 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
            imports: dict | None = None) -> dict:
     """The benchmark dict: one row per run (run_row), the GPU, versions, the MFU formula and the targets checked.
 
-    Targets (issue 13): bert defaults >= 1,080 samples/s and >= 10x the blog's recipe; gpt2 >= 300 k tokens/s;
-    playbook start -> first optimizer step end <= 30 s, launcher start -> first step end <= 20 s. Issue 12: each
+    Targets (docs/benchmarks/gpu-2026-12-02c.md): bert defaults >= 1,080 samples/s and >= 10x the blog's recipe; gpt2 >= 300 k tokens/s;
+    playbook start -> first optimizer step end <= 30 s, launcher start -> first step end <= 20 s. Scaling: each
     series' scaling efficiency at its largest world size >= 95 % (``scaling``).
     """
     rows = [run_row(r) for r in runs]

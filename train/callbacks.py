@@ -1,5 +1,5 @@
 """The Trainer callbacks of the rank runtime (train/runtime.py attaches them, for train/pretrain.py and users'
-scripts alike). What rank 0 writes while and after it trains (see the contract):
+scripts alike). What rank 0 writes while and after it trains (docs/training.md lists these files for users):
 
 * ``progress.jsonl`` -- one JSON object per logging step, flushed as it is written:
   {"step", "max_steps", "loss", "learning_rate", "samples_per_second", "elapsed_s", "eta_s", "epoch"}

@@ -20,12 +20,11 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
   deepspeed_optim_sched, "HF scheduler + HF optimizer"; it sets zero_allow_untested_optimizer itself);
 - autocast: job autocast true -> "torch_autocast": {"enabled": true, "dtype": "bfloat16"} and the bf16/fp16 blocks
   off (the Trainer runs without --bf16): DeepSpeed autocasts the forward and keeps fp32 weights, gradients and
-  optimizer state, skipping its bf16 optimizer wrapper (measured on one H200, BERT-base micro 128, ZeRO-0:
-  989 samples/s against 788 with the bf16 block);
+  optimizer state, skipping its bf16 optimizer wrapper (the faster of the two: docs/benchmarks/h200-early-findings.md);
 - scheduler (the warm-up trap): see _scheduler();
 - timers: "timers": {"throughput": {"enabled": false}} unless the template sets "timers": DeepSpeed's throughput
   timer synchronises the GPU at every micro batch's forward and at every step, only for a log line (the run's own
-  progress reports samples/s); on one H200, BERT-base at micro 128 x accumulation 2, the GPU sat idle 11 % of a step.
+  progress reports samples/s; docs/benchmarks/gpu-2026-12-01c.md).
 A bad job, template or world size raises train.job.JobError; the CLI prints it as one line and exits 2.
 """
 

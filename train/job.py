@@ -85,8 +85,7 @@ AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero
              "torch_compile", "regional_compilation", "mlm_head")
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
-# Measured on one H200 (BERT-base, seq 512): micro 128 (65,536 tokens) was the fastest, 64 and 256 slower
-# (shared NOTES, "BERT-base MLM on one H200"); GPT-2 small at seq 1024 gets 64, llm.c's micro batch for it.
+# On one H200 (BERT-base, seq 512) micro 128 (65,536 tokens) was the fastest (docs/benchmarks/h200-early-findings.md); GPT-2 small at seq 1024 gets 64, llm.c's micro batch for it.
 AUTO_MICRO_TOKENS = 65536
 # ... and on cpu (the old preset default: CUDA-sized batches would only make a CPU run slower to report).
 AUTO_MICRO_CPU = 16
@@ -452,17 +451,15 @@ def _resolve_auto(job, origin, world_size):
       optimizer: cuda without offload -> adamw_torch_fused (the Trainer's client optimizer: torch.optim.AdamW with
         fused=True); otherwise deepspeed (DeepSpeedCPUAdam needs DeepSpeed's own optimizer block).
       autocast: true (DeepSpeed's "torch_autocast" bf16 instead of its "bf16" block) when precision is bf16, the
-        optimizer is the client one and zero_stage is 0 (measured on one H200, BERT-base, micro 128: 989 vs 788
-        samples/s with the bf16 block); false otherwise.
+        optimizer is the client one and zero_stage is 0 (faster than the bf16 block: docs/benchmarks/
+        h200-early-findings.md); false otherwise.
       torch_compile: true on cuda, false on cpu.
       mlm_head: masked (the LM head at masked positions only, train/mlm_head.py) for task mlm on cuda; full else.
       regional_compilation: torch_compile with the masked MLM head; false otherwise. Regional compilation
         (accelerate's: each repeated block class -- a BertLayer -- compiled once and reused, the other modules one by
-        one) leaves the model's own forward, with its LM-head loss, uncompiled. Measured on one H200: BERT-base with
-        the masked head 1,122 samples/s regional against 1,074 whole-model, first step 18 s against 37 s cold (one
-        run, docs/benchmarks/gpu-2026-12-02.md); GPT-2, whose full head's cross-entropy over 50,257 logits per token
-        then runs eager, 246 k tokens/s regional (gpu-2026-12-02b) against 380 k whole-model (gpu-2026-12-01c,
-        another commit and machine).
+        one) leaves the model's own forward, with its LM-head loss, uncompiled: faster for BERT with the masked head,
+        slower for GPT-2, whose full head's cross-entropy then runs eager (docs/benchmarks/gpu-2026-12-02.md and
+        gpu-2026-12-02b.md).
       per_device_train_batch_size: cuda -> the largest power of two p with p x max_seq_length <= AUTO_MICRO_TOKENS
         that divides train_batch_size / world_size (when a global batch is given); cpu -> AUTO_MICRO_CPU likewise.
         The rank may lower it further to fit its GPU's memory (train/pretrain.py, keeping the global batch).
@@ -732,7 +729,7 @@ def load_job(path):
 
 
 def argv(job, dataset_dir, output_dir, deepspeed):
-    """Command-line arguments (list of str) for train/pretrain.py's HfArgumentParser, per the contract.
+    """Command-line arguments (list of str) for train/pretrain.py's HfArgumentParser, in the shape its HfArgumentParser reads.
 
     `dataset_dir` is the staged artifact dir (tokenizer/ + dataset/), `output_dir` the run dir, `deepspeed` the
     rendered DeepSpeed config path. --bf16/--fp16 appear only when the job's precision asks for them.

@@ -6,8 +6,7 @@ collator lists the masked positions on the CPU (no GPU sync), the model runs its
 hidden states of those positions and runs the head and the cross-entropy on them alone. The loss is the same
 (the mean over the masked tokens, as the stock ``CrossEntropyLoss()`` over all tokens with ignore_index -100); the
 parameters, their names and the saved files are the stock model's, so ``AutoModelForMaskedLM.from_pretrained``
-loads what it saves. Measured on one H200 (BERT-base, seq 512, micro 128): 994 samples/s against 862 for the full
-head (shared NOTES).
+loads what it saves. It is faster than the full head (docs/benchmarks/h200-early-findings.md).
 
     collator = MaskedPositionsCollator(DataCollatorForLanguageModeling(tokenizer, mlm=True))
     use_masked_positions_head(model)          # in place: the forward reads masked_index / masked_targets
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 
 IGNORE = -100
 #: the padded count of masked positions is a multiple of this (GEMM-friendly; odd counts were the first suspect
-#: of a `misaligned address` in a compiled LM-head GEMM, shared NOTES)
+#: of a `misaligned address` in a compiled LM-head GEMM, docs/benchmarks/h200-early-findings.md)
 MULTIPLE = 64
 #: ... and at least mean + SIGMAS standard deviations of the binomial count, so that every batch of one shape gets
 #: the same padded size (one torch.compile graph, no recompiles for a changing count)

@@ -110,7 +110,7 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
         # ranks on one node share its cores; torch would otherwise start one thread per core in every rank
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         os.environ["OMP_NUM_THREADS"] = str(max(1, cpus // max(1, local_size)))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at start-up (DESIGN.md)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at start-up (docs/developers/architecture.md)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if "torch" in sys.modules:  # imported before us: its OpenMP pool already read the environment
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

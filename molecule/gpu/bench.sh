@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU benchmark of issue 13 (docs/benchmarks/gpu-<date>.md): on one GPU machine, from the repository root,
+# The GPU benchmark (docs/benchmarks/gpu-<date>.md): on one GPU machine, from the repository root,
 #   molecule/gpu/bench.sh OUTDIR            (make bench; expects .whl/ as docs/gpu-validation.md builds it)
 # provisions the node (inventory/h200, ops cpu_adam + fused_adam pre-built), makes full-size tokenizers (the one
 # prepare_data trains on the built-in corpus, padded to 30,522 / 50,257 entries), then trains through
@@ -9,7 +9,7 @@
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
 # gpt2 gpt2-regional"; also bert-m256, and scaling: bert and gpt2
-# data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N, for issue 12): a device call of at most 10
+# data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
 # OUT gets bench.log, logs.tar.gz (playbook and train logs) and the report (DSC_BENCH_STEM, default gpu-<date>).
@@ -117,7 +117,7 @@ bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
 bench_run gpt2-regional "gpt2, regional compilation" "bench-gpt2-regional-$STAMP" "2:2" -e model=gpt2 \
   -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=true
-# data-parallel scaling (issue 12): each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
+# data-parallel scaling: each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
 # (the preset's micro batch, no accumulation): weak scaling, train.bench's "scaling" table and efficiency target
 # DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

@@ -76,7 +76,7 @@ def test_case7_admin_shell_variables_reach_every_rank_and_the_key_stays_out_of_t
     assert proc.returncode == 0, proc.stdout[-3000:]
     seen = as_ranks_see_it(out)
     assert seen["WANDB_API_KEY"] == SECRET and seen["WANDB_PROJECT"] == "bert mlm"
-    # the caches stay node-local (DESIGN.md), whatever the admin's shell says
+    # the caches stay node-local (docs/developers/architecture.md), whatever the admin's shell says
     assert seen["HF_HOME"] == str(tmp_path / "ssd" / "hf")
     assert seen["HF_DATASETS_CACHE"] == str(tmp_path / "ssd" / "hf" / "datasets")
     assert seen["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "ssd" / "torch_extensions")
