@@ -1,6 +1,7 @@
 """A prepared-data artifact directory: MANIFEST (sha256 of every file, written last) and atomic publishing.
 
-Layout (docs/developers/architecture.md, "What flows between the sites"): ARTIFACT/tokenizer/, ARTIFACT/dataset/, ARTIFACT/prepare.json, ARTIFACT/MANIFEST.
+Layout (docs/developers/architecture.md, "What flows between the sites"): ARTIFACT/tokenizer/, ARTIFACT/dataset/,
+ARTIFACT/prepare.json, ARTIFACT/MANIFEST.
 MANIFEST has one line per file, ``<sha256>  <relative path>`` (sha256sum's format, so ``sha256sum -c MANIFEST``
 works inside the directory), sorted by path, MANIFEST itself excluded.
 

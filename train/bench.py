@@ -18,7 +18,7 @@ efficiency = (samples/s / world size) / (samples/s / world size of the series' s
 that run's samples/s (the usual weak-scaling definitions, e.g. NVIDIA DeepLearningExamples' "weak scaling"
 tables: throughput at N GPUs over N x the 1-GPU throughput).
 
-MFU (the issue's formula): model FLOPs per token = 6 N + 12 L h s (Kaplan et al. 2020 / PaLM appendix B: 6 N for
+MFU: model FLOPs per token = 6 N + 12 L h s (Kaplan et al. 2020 / PaLM appendix B: 6 N for
 the dense weights forward + backward, 12 L h s for attention scores and values), N = every parameter
 (metrics.json n_parameters, embeddings included), L layers, h width, s tokens per sample; MFU = FLOPs/token x
 tokens/s / PEAK_FLOPS, PEAK_FLOPS = 790e12 (the dense bf16 matrix rate measured on one H200 of the device machine).
@@ -164,7 +164,7 @@ def _load(name: str, dirs: list[str]) -> dict:
 
 
 def model_flops_per_token(n_params: int, layers: int, hidden: int, seq: int) -> float:
-    """6 N + 12 L h s: training FLOPs per token (the issue's formula; see the module docstring)."""
+    """6 N + 12 L h s: training FLOPs per token (see the module docstring)."""
     return 6.0 * n_params + 12.0 * layers * hidden * seq
 
 
@@ -361,9 +361,10 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
            imports: dict | None = None) -> dict:
     """The benchmark dict: one row per run (run_row), the GPU, versions, the MFU formula and the targets checked.
 
-    Targets (docs/benchmarks/gpu-2026-12-02c.md): bert defaults >= 1,080 samples/s and >= 10x the blog's recipe; gpt2 >= 300 k tokens/s;
-    playbook start -> first optimizer step end <= 30 s, launcher start -> first step end <= 20 s. Scaling: each
-    series' scaling efficiency at its largest world size >= 95 % (``scaling``).
+    Targets (checked in every docs/benchmarks/gpu-<date>.md): bert defaults >= 1,080 samples/s and >= 10x the
+    blog's recipe; gpt2 >= 300 k tokens/s; playbook start -> first optimizer step end <= 30 s, launcher start ->
+    first step end <= 20 s. Scaling: each series' scaling efficiency at its largest world size >= 95 %
+    (``scaling``).
     """
     rows = [run_row(r) for r in runs]
     scaled = scaling(rows)

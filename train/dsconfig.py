@@ -14,10 +14,11 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
 - offload: zero_optimization.offload_optimizer comes from the job key offload_optimizer (none|cpu), never from
   the deprecated `cpu_offload` keys, which are refused;
 - optimizer: on accelerator cpu without offload, optimizer.params.torch_adam = true, so DeepSpeed uses
-  torch.optim.AdamW instead of JIT-compiling its FusedAdam op (~70 s on 2 cores) at every start; a job whose
-  optimizer is the Trainer's (adamw_torch_fused / adamw_torch) gets no "optimizer" block and no "scheduler" block:
-  the Trainer builds torch's AdamW and its linear warm-up/decay schedule and hands both to DeepSpeed (transformers'
-  deepspeed_optim_sched, "HF scheduler + HF optimizer"; it sets zero_allow_untested_optimizer itself);
+  torch.optim.AdamW instead of JIT-compiling its FusedAdam op at every start (slow on CPU nodes:
+  docs/developers/architecture.md, "Known facts"); a job whose optimizer is the Trainer's (adamw_torch_fused /
+  adamw_torch) gets no "optimizer" block and no "scheduler" block: the Trainer builds torch's AdamW and its linear
+  warm-up/decay schedule and hands both to DeepSpeed (transformers' deepspeed_optim_sched, "HF scheduler + HF
+  optimizer"; it sets zero_allow_untested_optimizer itself);
 - autocast: job autocast true -> "torch_autocast": {"enabled": true, "dtype": "bfloat16"} and the bf16/fp16 blocks
   off (the Trainer runs without --bf16): DeepSpeed autocasts the forward and keeps fp32 weights, gradients and
   optimizer state, skipping its bf16 optimizer wrapper (the faster of the two: docs/benchmarks/h200-early-findings.md);

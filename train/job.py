@@ -85,7 +85,8 @@ AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero
              "torch_compile", "regional_compilation", "mlm_head")
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
-# On one H200 (BERT-base, seq 512) micro 128 (65,536 tokens) was the fastest (docs/benchmarks/h200-early-findings.md); GPT-2 small at seq 1024 gets 64, llm.c's micro batch for it.
+# On one H200 (BERT-base, seq 512) micro 128 (65,536 tokens) was the fastest (docs/benchmarks/h200-early-findings.md);
+# GPT-2 small at seq 1024 gets 64, llm.c's micro batch for it.
 AUTO_MICRO_TOKENS = 65536
 # ... and on cpu (the old preset default: CUDA-sized batches would only make a CPU run slower to report).
 AUTO_MICRO_CPU = 16
@@ -729,7 +730,7 @@ def load_job(path):
 
 
 def argv(job, dataset_dir, output_dir, deepspeed):
-    """Command-line arguments (list of str) for train/pretrain.py's HfArgumentParser, in the shape its HfArgumentParser reads.
+    """Command-line arguments (list of str) for train/pretrain.py's HfArgumentParser (its dataclasses' flags).
 
     `dataset_dir` is the staged artifact dir (tokenizer/ + dataset/), `output_dir` the run dir, `deepspeed` the
     rendered DeepSpeed config path. --bf16/--fp16 appear only when the job's precision asks for them.

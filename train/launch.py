@@ -5,7 +5,8 @@ arguments, so a job and `playbooks/check.yml`'s all-reduce test start the same w
 
 * ``pdsh`` (default): the head runs ``deepspeed --hostfile H --master_addr A --master_port P <entry> <args>``; the
   runner starts every node's ranks over ssh with pdsh (PDSHRunner). On one node ``--no_ssh_check`` skips the
-  runner's ``ssh <first host> hostname`` probe (with no master address it would ssh to localhost).
+  runner's ``ssh <first host> hostname`` probe (that host is the node itself: it would ssh to the machine it runs on;
+  docs/developers/architecture.md, "Known facts").
 * ``ansible``: Ansible starts ``deepspeed --hostfile H --no_ssh --node_rank N ...`` on every node itself (no ssh
   between the nodes); N is the node's line in the hostfile.
 

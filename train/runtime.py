@@ -110,7 +110,8 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
         # ranks on one node share its cores; torch would otherwise start one thread per core in every rank
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         os.environ["OMP_NUM_THREADS"] = str(max(1, cpus // max(1, local_size)))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at start-up (docs/developers/architecture.md)
+    # nothing is downloaded at start-up (docs/developers/architecture.md, "What flows between the sites")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if "torch" in sys.modules:  # imported before us: its OpenMP pool already read the environment
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
@@ -539,11 +540,9 @@ def clip_in_optimizer_step(optimizer, max_norm: float) -> dict:
 
     Why: DeepSpeed's ``clip_fp32_gradients`` (deepspeed/runtime/utils.py ``clip_grad_norm_``) launches a norm and a
     scale kernel per parameter (~400 for BERT-base, each a CPU-side launch) and copies two Python floats to the GPU
-    at every step; this hook's foreach version is a few fused kernels. Measured on one H200 (BERT-base, micro 128 x
-    2, whole-model compile): 1,039 samples/s before (gpu-2026-12-01c) and 1,074 after (gpu-2026-12-02), on two
-    machines of the same kind, so within the spread between machines; the two cudaStreamSynchronize a step of the
-    profile remained (their origin is elsewhere). The formula is the same (total = ||(||g_i||_2)_i||_2,
-    coefficient min(1, max_norm / (total + 1e-6))).
+    at every step; this hook's foreach version is a few fused kernels. The effect measured on one H200, and the host
+    syncs that remained, are in docs/benchmarks/gpu-2026-12-02.md. The formula is the same
+    (total = ||(||g_i||_2)_i||_2, coefficient min(1, max_norm / (total + 1e-6))).
 
     Args:
         optimizer: a torch.optim.Optimizer (the Trainer's client optimizer) whose parameters hold the gradients of

@@ -34,7 +34,8 @@ PARITY = (
     ("deepspeed", "deepspeed", "run site.yml so the deepspeed role installs the same wheel everywhere"),
     ("ops", "ops", "run site.yml: the deepspeed role builds the same ops for every node"),
 )
-# Environment paths that must be on node-local disk (docs/developers/architecture.md, "What flows between the sites": no rank writes a shared cache at start-up).
+# Environment paths that must be on node-local disk: no rank writes a shared cache at start-up
+# (docs/developers/architecture.md, "What flows between the sites").
 LOCAL_PATHS = ("local_ssd_dir", "HF_HOME", "HF_DATASETS_CACHE", "TORCH_EXTENSIONS_DIR")
 # DeepSpeed op each job setting needs pre-built (deepspeed/ops/op_builder): ZeRO-Offload's optimizer is DeepSpeedCPUAdam.
 OPS_FOR_OFFLOAD = {"cpu": "cpu_adam"}
