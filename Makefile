@@ -30,7 +30,8 @@ lint: setup
 	$(BIN)/ansible-playbook --syntax-check site.yml train.yml
 
 # The fast tier (docs/testing.md): train/'s pure-Python tests with the controller's .venv -- no provisioning, no torch,
-# no training run; about 30 s on 2 cores. Tests marked torch or slow (pytest.ini) are left to `make unit`.
+# no training run; about 20 s of tests on 2 cores (2026-12-02). Tests marked torch or slow (pytest.ini) are left
+# to `make unit`.
 unit-fast: setup
 	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(PYTEST_ARGS)
 
