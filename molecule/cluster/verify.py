@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,8 +14,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(REPO))
-from train.rank_status import run_of  # noqa: E402  (what makes a process one of a run's: one rule everywhere)
+from train.node.rank_status import run_of  # pytest.ini puts the repository on sys.path; one rule for a run's processes
 STATE = Path(os.environ.get("DSC_CLUSTER_STATE", "/var/tmp/dsc-cluster"))
 INVENTORY = HERE / "inventory"
 MODES = ["pdsh", "ansible"]
@@ -57,7 +55,7 @@ def playbook(*args):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_ranks_log_came_back_in_its_own_file(mode):
-    """One log per rank on the controller (train/runtime.py's tee on its node, collect.yml), named by its host and
+    """One log per rank on the controller (train.rank.bootstrap's tee on its node, collect.yml), named by its host and
     rank, holding that rank's own lines: worker-2's ranks' lines in worker-2's files."""
     out = run_dir(mode)
     m = json.loads((out / "metrics.json").read_text())
@@ -205,7 +203,7 @@ def podman_exec(node, *cmd, check=True):
 
 def processes_of(node, run):
     """Command lines of the node's processes that belong to ``run``, from ``ps`` on the node (procps, installed by
-    the base role); which ones are the run's is train/rank_status.py's run_of (its run directory in the command
+    the base role); which ones are the run's is train/node/rank_status.py's run_of (its run directory in the command
     line), the rule the stop and the preflight use."""
     out = podman_exec(node, "ps", "-eo", "args=").stdout
     return [line.strip()[:200] for line in out.splitlines() if run_of("\0".join(line.split()).encode(), RUNS) == run]

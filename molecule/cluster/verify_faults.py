@@ -1,11 +1,9 @@
 """Faults on the multi-node scenario (molecule/cluster/run.sh verify, after verify.py): real processes killed on
 real nodes while train.yml follows the run. Shares the cluster and the prepared data with verify.py; short runs.
 """
-import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,8 +11,7 @@ import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import verify as cluster  # noqa: E402  (the scenario's helpers: inventory, podman_exec, the playbook command)
+import verify as cluster  # the scenario's helpers (pytest puts this directory on sys.path: no __init__.py)
 
 RUNS = cluster.RUNS
 

@@ -8,16 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent))
-import verify as cluster  # noqa: E402
-import verify_faults as faults  # noqa: E402
-from train import checkpoints  # noqa: E402
+import verify as cluster  # pytest puts this directory on sys.path (no __init__.py), pytest.ini the repository
+import verify_faults as faults
+
+from train.node import checkpoints
 
 RUNS = cluster.RUNS
 

@@ -5,7 +5,7 @@
 # prepare_data trains on the built-in corpus, padded to 30,522 / 50,257 entries), then trains through
 # `ansible-playbook -i inventory/h200 train.yml` once per run -- bert with the blog's recipe, bert defaults (twice),
 # bert and gpt2 with the other compilation mode, gpt2 defaults -- and writes OUTDIR/gpu-<date>.json + .md
-# (python -m train.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
+# (python -m train.tools.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
 # gpt2 gpt2-regional"; also bert-m256, and scaling: bert and gpt2
@@ -58,16 +58,16 @@ $PY -c "from pydoc_data.topics import topics; open('$CORPUS', 'w').write(('\n\n'
 for m in bert:30522 gpt2:50257; do
   name=${m%%:*}; size=${m##*:}
   [ -f "$TOK/$name-$size/tokenizer.json" ] && { echo "$TOK/$name-$size: made by an earlier call"; continue; }
-  $PY -m train.job resolve --model "$name" --overrides '{"accelerator": "cuda", "run_name": "tok"}' --out "$TOK-$name.json" >/dev/null &&
-  $PY -m train.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$STATE/logs/tok-$name.log" 2>&1 &&
-  $PY -m train.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$STATE/logs/tok-$name.log"; exit 1; }
+  $PY -m train.controller.resolve resolve --model "$name" --overrides '{"accelerator": "cuda", "run_name": "tok"}' --out "$TOK-$name.json" >/dev/null &&
+  $PY -m train.data.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$STATE/logs/tok-$name.log" 2>&1 &&
+  $PY -m train.tools.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$STATE/logs/tok-$name.log"; exit 1; }
 done
 
 if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the report's "Rank imports" line)
-  step "rank imports: python -X importtime -c 'import train.pretrain' (node venv)"
-  env -u PYTHONPATH "$PY" -X importtime -c "import train.pretrain" 2> "$STATE/importtime.tmp" &&
+  step "rank imports: python -X importtime -c 'import train.rank.pretrain' (node venv)"
+  env -u PYTHONPATH "$PY" -X importtime -c "import train.rank.pretrain" 2> "$STATE/importtime.tmp" &&
     mv "$STATE/importtime.tmp" "$STATE/importtime.txt"
-  env -u PYTHONPATH "$PY" -c "import time, subprocess, sys; t = time.time(); subprocess.run([sys.executable, '-c', 'import train.pretrain'], check=True); print(f'import train.pretrain: {time.time() - t:.1f} s wall')" || true
+  env -u PYTHONPATH "$PY" -c "import time, subprocess, sys; t = time.time(); subprocess.run([sys.executable, '-c', 'import train.rank.pretrain'], check=True); print(f'import train.rank.pretrain: {time.time() - t:.1f} s wall')" || true
 fi
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 compile_caches() {  # torch.compile's cache directories as the ranks get them: the .deepspeed_env the last run rendered
@@ -85,7 +85,7 @@ bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for no
     compile_caches | while read -r d; do [ -n "$d" ] && rm -rf "${d:?}"/*; done ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
-  # profile_tasks: each task's start time in the log (train.bench's "before the launcher" breakdown)
+  # profile_tasks: each task's start time in the log (train.tools.bench's "before the launcher" breakdown)
   DSC_PROFILE_STEPS=$prof ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks \
     timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" > "$STATE/logs/$run.playbook.log" 2>&1
   local rc=$? e; e=$(date +%s.%N)
@@ -118,7 +118,7 @@ bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokeni
 bench_run gpt2-regional "gpt2, regional compilation" "bench-gpt2-regional-$STAMP" "2:2" -e model=gpt2 \
   -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=true
 # data-parallel scaling: each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
-# (the preset's micro batch, no accumulation): weak scaling, train.bench's "scaling" table and efficiency target
+# (the preset's micro batch, no accumulation): weak scaling, train.tools.bench's "scaling" table and efficiency target
 # DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 for n in ${DSC_BENCH_SCALING_GPUS:-1 2 4 8}; do
@@ -137,7 +137,7 @@ $PY -c "import json, sys; print(json.dumps([json.load(open(f)) for f in sorted(s
 commit=${DSC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 notes=()
 [ -n "${DSC_BENCH_NOTE:-}" ] && notes=(--note "$DSC_BENCH_NOTE")
-$PY -m train.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit" \
+$PY -m train.tools.bench report --runs "$RUNS" --out "$OUT" --command "make bench (molecule/gpu/bench.sh)" --commit "$commit" \
   --importtime "$STATE/importtime.txt" ${DSC_BENCH_STEM:+--stem "$DSC_BENCH_STEM"} "${notes[@]}"
 tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs records runs.json $(cd "$STATE" && ls importtime.txt 2>/dev/null)
 step done

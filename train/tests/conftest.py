@@ -1,5 +1,5 @@
 """Shared fixtures for the train/ tests: hand-written jobs, one prepared artifact per tokenizer kind for the whole
-session, and a helper that launches train/pretrain.py through the real ``deepspeed`` launcher.
+session, and a helper that launches train/rank/pretrain.py through the real ``deepspeed`` launcher.
 
 The tests run with the training venv's python (``/root/devtrain/bin/python -m pytest train/tests`` here, the node
 venv's under ``make unit``); the deepspeed launcher is taken from beside that python.
@@ -29,11 +29,12 @@ SEQ = 64
 
 
 def job_dict(**overrides) -> dict:
-    """A resolved job exactly as train/job.py writes it: preset ``model`` (default: the one that fits the given
+    """A resolved job exactly as train.controller.resolve writes it: preset ``model`` (default: the one that fits the given
     model_type / task / tokenizer_type, else bert), size tiny, on cpu, vocab_size 2000, blocks of SEQ, run_name test-run, then ``overrides``
     (any job key). A fixed key (task, model_type, tokenizer_type) the preset does not have is written in as a hand
-    edit would be (data_key recomputed), so train.job.load_job's validation is what judges it."""
-    from train import job as J
+    edit would be (data_key recomputed), so train.common.job.load_job's validation is what judges it."""
+    from train.common import job as J
+    from train.controller import resolve as R
 
     fixed = {k: overrides.pop(k) for k in J.FIXED_KEYS if k in overrides}
     model = (overrides.pop("model", None)
@@ -42,7 +43,7 @@ def job_dict(**overrides) -> dict:
                  else "bert"))
     base = {"model_size": "tiny", "accelerator": "cpu", "vocab_size": 2000, "max_seq_length": SEQ, "seed": 42,
             "run_name": "test-run"}
-    job = J.resolve(model, {**base, **overrides})
+    job = R.resolve(model, {**base, **overrides})
     for key, value in fixed.items():
         job[key] = value
     job["data_key"] = J.data_key(job)
@@ -50,10 +51,10 @@ def job_dict(**overrides) -> dict:
 
 
 def write_job(path: Path, **overrides) -> Path:
-    """Write job_dict(**overrides) to ``path`` (train.job.write_json_atomic); returns the path."""
-    from train import job as J
+    """Write job_dict(**overrides) to ``path`` (train.common.jsonio.write_json_atomic); returns the path."""
+    from train.common.jsonio import write_json_atomic
 
-    J.write_json_atomic(path, job_dict(**overrides))
+    write_json_atomic(path, job_dict(**overrides))
     return path
 
 
@@ -71,8 +72,8 @@ def one_line_error(proc, *needles) -> str:
 
 
 def run_prepare(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python -m train.prepare_data ARGS`` from the repo root; output captured as text."""
-    return subprocess.run([PYTHON, "-m", "train.prepare_data", *map(str, args)], check=False, cwd=REPO, text=True,
+    """``python -m train.data.prepare_data ARGS`` from the repo root; output captured as text."""
+    return subprocess.run([PYTHON, "-m", "train.data.prepare_data", *map(str, args)], check=False, cwd=REPO, text=True,
                           capture_output=True, timeout=timeout)
 
 
@@ -108,7 +109,7 @@ def free_port() -> int:
 
 
 def ds_config(path: Path, stage: int = 2, client_optimizer: bool = False) -> Path:
-    """The repo's ZeRO-<stage> template as train.dsconfig renders it for a CPU job without offload: torch's AdamW
+    """The repo's ZeRO-<stage> template as train.controller.dsconfig renders it for a CPU job without offload: torch's AdamW
     via DeepSpeed (``torch_adam``), so no DeepSpeed op (fused_adam / cpu_adam) is JIT-compiled. "auto" values stay
     for the HF Trainer to fill. ``client_optimizer``: no optimizer and no scheduler block, as for a job whose
     optimizer is the Trainer's (the GPU defaults; pass ``--optim adamw_torch``)."""
@@ -138,7 +139,7 @@ def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", mod
                   config: dict | None = None, max_steps: int = 30, logging_steps: int = 5, micro: int = 8,
                   accum: int = 1, lr: float = 1e-3, warmup: int = 3, weight_decay: float = 0.01,
                   max_grad_norm: float = 1.0) -> list[str]:
-    """The pretrain.py command line, in the form train.job argv produces it (contract)."""
+    """The pretrain.py command line, in the form train.controller.resolve argv produces it (contract)."""
     config = config if config is not None else (TINY_BERT if model_type == "bert" else TINY_GPT2)
     args = ["--task", task, "--model_type", model_type, "--config_overrides", json.dumps(config),
             "--dataset_dir", str(artifact)]
@@ -156,9 +157,9 @@ def pretrain_args(artifact: Path, out: Path, ds: Path, *, task: str = "mlm", mod
 
 
 def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420,
-           entry: tuple[str, ...] = ("train/pretrain.py",),
+           entry: tuple[str, ...] = ("--module", "train.rank.pretrain"),
            env_extra: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
-    """``deepspeed --hostfile H --no_ssh_check --master_addr 127.0.0.1 --master_port P train/pretrain.py ARGS`` from
+    """``deepspeed --hostfile H --no_ssh_check --master_addr 127.0.0.1 --master_port P --module train.rank.pretrain ARGS`` from
     the repo root, as the playbook runs it on one node; returns (process, seconds)."""
     hostfile = workdir / "hostfile"
     hostfile.write_text(f"localhost slots={ranks}\n", encoding="utf-8")

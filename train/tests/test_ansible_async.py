@@ -1,4 +1,4 @@
-"""train/ansible_async.py's _read_from: the followers' offsets stay on the file's bytes when Ansible's ssh runs the
+"""train/controller/ansible_async.py's _read_from: the followers' offsets stay on the file's bytes when Ansible's ssh runs the
 read with a terminal (``ssh -tt``: every "\\n" arrives as "\\r\\n"). Seen on the cluster: every read after the first
 lost its first progress record. Runs in the controller's Python (.venv: ansible-core)."""
 
@@ -16,8 +16,8 @@ CONTROLLER_PY = REPO / ".venv" / "bin" / "python"
 CODE = r"""
 import subprocess, sys
 sys.path.insert(0, sys.argv[1])
-from train.ansible_async import AsyncFollowAction
-from train.progress import parse_records
+from train.controller.ansible_async import AsyncFollowAction
+from train.controller.progress import parse_records
 
 class OverATerminal(AsyncFollowAction):
     def __init__(self):  # no task, no connection: only the read is tested

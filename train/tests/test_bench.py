@@ -1,4 +1,4 @@
-"""train/bench.py's readers of what a benchmark run leaves: the playbook's profile_tasks lines and importtime."""
+"""train/tools/bench.py's readers of what a benchmark run leaves: the playbook's profile_tasks lines and importtime."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from train import bench
+from train.tools import bench
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.torch  # test tiers: pytest.ini (it imports train.pretrain)
+pytestmark = pytest.mark.torch  # test tiers: pytest.ini (it imports train.rank.pretrain)
 
 # the shape ansible.posix.profile_tasks gives train.yml's output (header, then the time line under it)
 PLAYBOOK_LOG = """
@@ -48,7 +48,7 @@ def test_prelaunch_tasks_reads_profile_tasks_lines():
 
 
 def test_import_profile_of_a_real_importtime_log():
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import train.pretrain"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import train.rank.pretrain"], cwd=REPO,
                           capture_output=True, text=True, check=True)
     profile = bench.import_profile(proc.stderr)
     names = [name for name, _ in profile["top"]]

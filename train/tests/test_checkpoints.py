@@ -1,4 +1,4 @@
-"""train/checkpoints.py: completeness of real torch/safetensors checkpoint files, marking, and the head's gather of
+"""train/node/checkpoints.py: completeness of real torch/safetensors checkpoint files, marking, and the head's gather of
 the other nodes' rank files with real rsync (over a stand-in for ssh that maps each node to its own directory)."""
 import json
 import os
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 from safetensors.torch import save_file
 
-from train import checkpoints
+from train.node import checkpoints
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,6 +106,6 @@ def test_gather_pulls_each_nodes_rank_files_and_marks_the_checkpoint(tmp_path, m
     assert final["complete"] == [] and list(final["incomplete"]) == ["checkpoint-20"]
     assert "no optimizer shard of rank 3 in global_step20/" in final["incomplete"]["checkpoint-20"]
     assert any(e.startswith("worker-2: ") for e in final["errors"]), final
-    out = subprocess.run([sys.executable, "-m", "train.checkpoints", "latest", str(head)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "train.node.checkpoints", "latest", str(head)], cwd=REPO,
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == {"path": str(c10), "step": 10, "world_size": 4}

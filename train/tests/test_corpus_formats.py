@@ -1,4 +1,4 @@
-"""train/corpus.py's table and hub sources, through train/prepare_data.py: parquet / JSON Lines / CSV files (and
+"""train/data/corpus.py's table and hub sources, through train/data/prepare_data.py: parquet / JSON Lines / CSV files (and
 directories of them) read with datasets.load_dataset, ``hub:REPO[:CONFIG[:SPLIT]]`` names, their errors and their
 fingerprints. Files are made by the tests; the hub is never reached (offline is forced where it would be)."""
 
@@ -26,7 +26,7 @@ def _paras(n: int) -> list[str]:
 
 def _run(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     full = dict(os.environ, **(env or {}))
-    return subprocess.run([PYTHON, "-m", "train.prepare_data", *map(str, args)], check=False, cwd=REPO, text=True,
+    return subprocess.run([PYTHON, "-m", "train.data.prepare_data", *map(str, args)], check=False, cwd=REPO, text=True,
                           capture_output=True, timeout=300, env=full)
 
 
@@ -194,7 +194,7 @@ def test_bad_table_files_and_mixed_directories_are_one_line_errors(tmp_path):
      {"repo": "Salesforce/wikitext", "config": "wikitext-103-raw-v1", "split": "train[:10%]"}),
 ])
 def test_parse_hub_forms(spec, want):
-    from train import corpus
+    from train.data import corpus
 
     assert corpus.parse_hub(spec) == want
     src = corpus.open_source(spec)
@@ -204,7 +204,7 @@ def test_parse_hub_forms(spec, want):
 
 @pytest.mark.parametrize("spec", ["hub:", "hub:/etc/passwd", "hub:a/b/c", "hub: :x"])
 def test_malformed_hub_names_are_refused(spec):
-    from train import corpus
+    from train.data import corpus
 
     with pytest.raises(corpus.DataError, match=r"hub:REPO_ID\[:CONFIG\[:SPLIT\]\]"):
         corpus.open_source(spec)
@@ -215,7 +215,7 @@ def test_hub_name_offline_is_one_line_naming_the_fix(tmp_path, offline_var):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env.update({offline_var: "1", "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "hf" / "ds")})
     job = write_job(tmp_path / "job.json", dataset_path="hub:Salesforce/wikitext:wikitext-2-raw-v1")
-    proc = subprocess.run([PYTHON, "-m", "train.prepare_data", "--job", str(job), "--out", str(tmp_path / "out")],
+    proc = subprocess.run([PYTHON, "-m", "train.data.prepare_data", "--job", str(job), "--out", str(tmp_path / "out")],
                           check=False, cwd=REPO, text=True, capture_output=True, timeout=300, env=env)
     line = one_line_error(proc, f"{offline_var}=1", "Salesforce/wikitext", "hub:Salesforce/wikitext:wikitext-2-raw-v1",
                            "save_to_disk", "-e dataset_path=", "HF_HUB_OFFLINE and HF_DATASETS_OFFLINE")
@@ -228,7 +228,7 @@ def test_hub_source_is_prepared_and_fingerprinted_from_what_load_dataset_returns
     prepare() must not force HF_HUB_OFFLINE for a hub name, and must rebuild when the hub split changes."""
     from datasets import Dataset
 
-    from train import corpus, prepare_data
+    from train.data import corpus, prepare_data
 
     paras = _paras(300)
     seen = {}
@@ -269,7 +269,7 @@ def test_hub_source_is_prepared_and_fingerprinted_from_what_load_dataset_returns
 def test_hub_fingerprint_follows_the_loaded_split():
     from datasets import Dataset
 
-    from train import corpus
+    from train.data import corpus
 
     def fp(ds, column="text"):
         src = corpus.open_source("hub:a/b", column)

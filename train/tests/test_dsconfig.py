@@ -1,7 +1,7 @@
-"""Tests for templates/deepspeed/*.json and train/dsconfig.py, checked against the real transformers + DeepSpeed.
+"""Tests for templates/deepspeed/*.json and train/controller/dsconfig.py, checked against the real transformers + DeepSpeed.
 
 The HF Trainer's own auto-filling (HfTrainerDeepSpeedConfig.trainer_config_process / trainer_config_finalize) is run
-on TrainingArguments parsed from `train.job argv`, then DeepSpeed's own DeepSpeedConfig and lr_schedules consume
+on TrainingArguments parsed from `train.controller.resolve argv`, then DeepSpeed's own DeepSpeedConfig and lr_schedules consume
 the result, so a template or rendering mistake that would stop a real run fails here.
 """
 
@@ -23,8 +23,10 @@ from deepspeed.runtime.config import DeepSpeedConfig
 from transformers import CONFIG_MAPPING, HfArgumentParser, TrainingArguments, get_scheduler
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
-from train import dsconfig as D
-from train import job as J
+from train.controller import dsconfig as D
+from train.common import job as J
+from train.common.jsonio import write_json_atomic
+from train.controller import resolve as R
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates" / "deepspeed"
@@ -43,13 +45,13 @@ MODEL_ARG_FLAGS = {"--task", "--model_type", "--config_overrides", "--model_name
 def make_job(model="bert", **overrides):
     """A tiny job; DeepSpeed's own optimizer, precision blocks and ZeRO-2 unless given (the GPU defaults of
     issue 13, client optimizer + torch_autocast + ZeRO-0, have their own tests below)."""
-    return J.resolve(model, {"model_size": "tiny", "accelerator": "cpu", "run_name": "t", "zero_stage": 2,
+    return R.resolve(model, {"model_size": "tiny", "accelerator": "cpu", "run_name": "t", "zero_stage": 2,
                              "optimizer": "deepspeed", "autocast": False, **overrides})
 
 
 def training_args(job, tmp_path):
-    """TrainingArguments exactly as train/pretrain.py will get them from `train.job argv` (minus --deepspeed)."""
-    args = J.argv(job, "/nonexistent/dataset", str(tmp_path / "out"), "unused.json")
+    """TrainingArguments exactly as train/rank/pretrain.py will get them from `train.controller.resolve argv` (minus --deepspeed)."""
+    args = R.argv(job, "/nonexistent/dataset", str(tmp_path / "out"), "unused.json")
     i = args.index("--deepspeed")
     args = args[:i] + args[i + 2:]
     if job["accelerator"] == "cuda":
@@ -314,8 +316,8 @@ def test_bad_world_size_and_missing_template():
 
 def run_render(tmp_path, job, world_size, templates=TEMPLATES):
     job_path, out = tmp_path / "job.json", tmp_path / "ds.json"
-    J.write_json_atomic(job_path, job)
-    result = subprocess.run([sys.executable, "-m", "train.dsconfig", "render", "--job", str(job_path),
+    write_json_atomic(job_path, job)
+    result = subprocess.run([sys.executable, "-m", "train.controller.dsconfig", "render", "--job", str(job_path),
                              "--world-size", str(world_size), "--templates", str(templates), "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     return result, out
@@ -388,7 +390,7 @@ def test_fp16_only_keys_in_a_bf16_block_are_refused(tmp_path):
 def test_gpu_defaults_render_client_optimizer_and_torch_autocast(tmp_path):
     """bert base on cuda: no optimizer/scheduler block (the Trainer's fused AdamW and linear schedule), bf16 through
     torch_autocast with the bf16/fp16 blocks off, ZeRO-0, the global batch 256; HF fills and DeepSpeed parses it."""
-    job = J.resolve("bert", {"accelerator": "cuda", "run_name": "t"})
+    job = R.resolve("bert", {"accelerator": "cuda", "run_name": "t"})
     config = D.render(job, 1, TEMPLATES)
     assert "optimizer" not in config and "scheduler" not in config
     assert config["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
@@ -406,7 +408,7 @@ def test_gpu_defaults_render_client_optimizer_and_torch_autocast(tmp_path):
 
 
 def test_blog_recipe_renders_deepspeeds_blocks():
-    job = J.resolve("bert", {"accelerator": "cuda", "run_name": "t", "precision": "fp16", "offload_optimizer": "cpu",
+    job = R.resolve("bert", {"accelerator": "cuda", "run_name": "t", "precision": "fp16", "offload_optimizer": "cpu",
                              "per_device_train_batch_size": 16, "gradient_accumulation_steps": 1,
                              "train_batch_size": None})
     config = D.render(job, 1, TEMPLATES)
@@ -420,7 +422,7 @@ def test_deepspeed_throughput_timer_is_off_unless_the_template_sets_it(tmp_path)
     (DeepSpeed reads it so); a template's own "timers" block is kept."""
     from deepspeed.utils.config import get_timers_config
 
-    job = J.resolve("bert", {"accelerator": "cuda", "run_name": "t"})
+    job = R.resolve("bert", {"accelerator": "cuda", "run_name": "t"})
     config = D.render(job, 1, TEMPLATES)
     assert config["timers"] == {"throughput": {"enabled": False}}
     assert get_timers_config(config).enabled is False

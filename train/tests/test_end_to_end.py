@@ -84,8 +84,8 @@ def test_main_job_files(main_job):
     assert hostfile == ["localhost slots=2"]
     ds = json.loads((out / "ds_config.json").read_text())
     assert ds["zero_optimization"]["stage"] == 2
-    # the checkpoints came back complete (train/checkpoints.py), the Trainer's save at the last step among them
-    from train import checkpoints
+    # the checkpoints came back complete (train/node/checkpoints.py), the Trainer's save at the last step among them
+    from train.node import checkpoints
 
     kept = checkpoints.checkpoints(out)
     assert kept and checkpoints.step_of(kept[-1]) == json.loads((out / "metrics.json").read_text())["steps"], kept
@@ -181,7 +181,7 @@ def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job
         (["-e", "model=nosuchmodel"], r"nosuchmodel.*bert"),
         (["-e", "model=bert", "-e", "max_steps=-5"], r"max_steps"),
         (["-e", "model=bert", "-e", "dataset_path=/no/such/corpus"], r"/no/such/corpus.*does not exist"),
-        # data that cannot be prepared: the error line of train/prepare_data.py is the failure a user sees
+        # data that cannot be prepared: the error line of train/data/prepare_data.py is the failure a user sees
         (["-e", "model=bert", "-e", "model_size=tiny", "-e", "dataset_path={tmp}/empty.txt"],
          r"\[ERROR\]: Task failed: Action failed: host localhost: the corpus \(.*/empty.txt\) holds no text"),
         (["-e", "model=bert", "-e", "model_size=tiny", "-e", "dataset_path=/usr/bin/true"],
@@ -271,7 +271,7 @@ def test_a_scripts_own_deepspeed_file_is_the_runs_recorded_and_staged_config(tmp
     to a script (item 7)."""
     import yaml
 
-    from train.job import SCRIPT_KEYS
+    from train.common.job import SCRIPT_KEYS
     from train.tests.test_plan import PLAIN_DS
 
     script = tmp_path / "plain_ds.py"

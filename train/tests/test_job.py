@@ -1,4 +1,5 @@
-"""Tests for train/job.py: presets, `-e` coercion, validation messages, data_key, argv, atomic writes, CLI."""
+"""Tests for train/common/job.py and train/controller/resolve.py: presets, `-e` coercion, validation messages, data_key, argv,
+atomic writes, CLI."""
 
 import datetime
 import json
@@ -11,14 +12,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train import job as J
+from train.common import job as J
+
+from train.common.jsonio import write_json_atomic
+
+from train.controller import resolve as R
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 TINY_CPU = {"model_size": "tiny", "accelerator": "cpu"}
 
 
-def run_cli(*args, module="train.job"):
+def run_cli(*args, module="train.controller.resolve"):
     """Run `python -m <module> ARGS` from the repo root, as the playbook does."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
@@ -29,7 +34,7 @@ def run_cli(*args, module="train.job"):
 
 def test_bert_base_carries_the_blogs_numbers():
     """The blog's optimiser numbers, with the GPU defaults of issue 13 (global batch 256 = micro 128 x 2)."""
-    job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW)
+    job = R.resolve("bert", {"accelerator": "cuda"}, now=NOW)
     expected = {
         "task": "mlm", "model_type": "bert", "tokenizer_type": "wordpiece", "vocab_size": 30522,
         "lowercase": True, "max_seq_length": 512, "per_device_train_batch_size": 128, "learning_rate": 2e-4,
@@ -50,19 +55,19 @@ def test_bert_base_carries_the_blogs_numbers():
 
 def test_presets_are_the_only_source_of_numbers():
     """Every number of bert base comes from the YAML file, not from job.py defaults."""
-    raw = yaml.safe_load((J.PRESETS_DIR / "bert.yml").read_text())
-    job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW)
+    raw = yaml.safe_load((R.PRESETS_DIR / "bert.yml").read_text())
+    job = R.resolve("bert", {"accelerator": "cuda"}, now=NOW)
     for key, value in raw.items():
         if key != "sizes" and value is not None and key not in ("precision",) and value != "auto":
             assert job[key] == value, key
-    assert not [v for v in J.DEFAULTS.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    assert not [v for v in R.DEFAULTS.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
 @pytest.mark.parametrize("model,task,tokenizer", [("bert", "mlm", "wordpiece"), ("roberta", "mlm", "byte_bpe"),
                                                   ("gpt2", "clm", "byte_bpe")])
 def test_every_preset_resolves_in_every_size(model, task, tokenizer):
-    base = J.resolve(model, {"accelerator": "cuda"}, now=NOW)
-    tiny = J.resolve(model, TINY_CPU, now=NOW)
+    base = R.resolve(model, {"accelerator": "cuda"}, now=NOW)
+    tiny = R.resolve(model, TINY_CPU, now=NOW)
     assert (base["task"], base["tokenizer_type"]) == (task, tokenizer)
     assert base["model_size"] == "base" and tiny["model_size"] == "tiny"
     # tiny: small enough for 2 CPU cores x 2 ranks in ~2 minutes, big enough for the loss to fall clearly
@@ -80,12 +85,12 @@ def test_every_preset_resolves_in_every_size(model, task, tokenizer):
 
 def test_roberta_positions_leave_room_for_the_padding_offset():
     for size in ("base", "tiny"):
-        job = J.resolve("roberta", {"model_size": size, "accelerator": "cuda"}, now=NOW)
+        job = R.resolve("roberta", {"model_size": size, "accelerator": "cuda"}, now=NOW)
         assert job["model_config"]["max_position_embeddings"] == job["max_seq_length"] + 2
 
 
 def test_model_config_override_merges_into_the_size():
-    job = J.resolve("bert", {**TINY_CPU, "model_config": '{"num_hidden_layers": 4}'}, now=NOW)
+    job = R.resolve("bert", {**TINY_CPU, "model_config": '{"num_hidden_layers": 4}'}, now=NOW)
     assert job["model_config"]["num_hidden_layers"] == 4
     assert job["model_config"]["hidden_size"] == 128
 
@@ -119,7 +124,7 @@ def test_coerce_refuses_what_it_cannot_convert(key, given):
 
 
 def test_resolve_coerces_e_style_strings():
-    job = J.resolve("bert", {**TINY_CPU, "max_steps": "150", "learning_rate": "2e-4", "lowercase": "no",
+    job = R.resolve("bert", {**TINY_CPU, "max_steps": "150", "learning_rate": "2e-4", "lowercase": "no",
                              "save_total_limit": "null", "zero_stage": "3", "warmup_steps": "0"}, now=NOW)
     assert (job["max_steps"], job["learning_rate"], job["lowercase"], job["save_total_limit"],
             job["zero_stage"], job["warmup_steps"]) == (150, 2e-4, False, None, 3, 0)
@@ -191,14 +196,14 @@ def test_cli_misuse_exits_2_with_one_line(args):
 
 
 def test_preset_mistakes_name_the_preset_file(tmp_path):
-    text = (J.PRESETS_DIR / "bert.yml").read_text().replace("max_steps: 50000", "max_steps: lots")
+    text = (R.PRESETS_DIR / "bert.yml").read_text().replace("max_steps: 50000", "max_steps: lots")
     (tmp_path / "bert.yml").write_text(text)
     with pytest.raises(J.JobError) as err:
-        J.resolve("bert", {"accelerator": "cuda"}, presets_dir=tmp_path)
+        R.resolve("bert", {"accelerator": "cuda"}, presets_dir=tmp_path)
     assert "max_steps" in str(err.value) and "bert.yml: max_steps" in str(err.value)
     (tmp_path / "bert.yml").write_text(text.replace("max_steps: lots", "max_step: 5"))
     with pytest.raises(J.JobError, match="unknown preset key 'max_step'"):
-        J.resolve("bert", {"accelerator": "cuda"}, presets_dir=tmp_path)
+        R.resolve("bert", {"accelerator": "cuda"}, presets_dir=tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------ resolve
@@ -208,7 +213,7 @@ def test_cli_keys_lists_overridable_keys():
     result = run_cli("keys")
     assert result.returncode == 0
     keys = json.loads(result.stdout)
-    assert keys == J.override_keys()
+    assert keys == R.override_keys()
     assert {"model", "model_size", "max_steps", "learning_rate", "accelerator", "dataset_path"} <= set(keys)
     assert not set(keys) & {"task", "model_type", "tokenizer_type", "data_key"}
 
@@ -230,41 +235,41 @@ def test_cli_resolve_is_deterministic_except_run_name(tmp_path):
 
 def test_resolve_is_deterministic_and_run_name_is_utc_timestamped():
     later = NOW + datetime.timedelta(hours=5)
-    first, second = J.resolve("gpt2", TINY_CPU, now=NOW), J.resolve("gpt2", TINY_CPU, now=later)
+    first, second = R.resolve("gpt2", TINY_CPU, now=NOW), R.resolve("gpt2", TINY_CPU, now=later)
     assert first["run_name"] == "gpt2-tiny-20250102T030405Z"
     assert second["run_name"] == "gpt2-tiny-20250102T080405Z"
     assert {**first, "run_name": None} == {**second, "run_name": None}
-    named = J.resolve("gpt2", {**TINY_CPU, "run_name": "smoke-1"}, now=NOW)
+    named = R.resolve("gpt2", {**TINY_CPU, "run_name": "smoke-1"}, now=NOW)
     assert named["run_name"] == "smoke-1"
 
 
 def test_data_key_follows_the_data_not_the_training():
-    key = J.resolve("bert", TINY_CPU, now=NOW)["data_key"]
+    key = R.resolve("bert", TINY_CPU, now=NOW)["data_key"]
     assert len(key) == 16 and int(key, 16) >= 0
-    assert J.resolve("bert", TINY_CPU, now=NOW + datetime.timedelta(days=1))["data_key"] == key
+    assert R.resolve("bert", TINY_CPU, now=NOW + datetime.timedelta(days=1))["data_key"] == key
     for same in ({"max_steps": 100}, {"learning_rate": 5e-4}, {"run_name": "x"}, {"seed": 7}, {"zero_stage": 3},
                  {"mlm_probability": 0.2}, {"per_device_train_batch_size": 4}, {"dataset_path": None}):
-        assert J.resolve("bert", {**TINY_CPU, **same}, now=NOW)["data_key"] == key, same
+        assert R.resolve("bert", {**TINY_CPU, **same}, now=NOW)["data_key"] == key, same
     for different in ({"max_seq_length": 64}, {"vocab_size": 4000}, {"lowercase": False},
                       {"dataset_path": "/data/corpus"}, {"tokenizer_path": "/data/tok"}, {"text_column": "body"}):
-        assert J.resolve("bert", {**TINY_CPU, **different}, now=NOW)["data_key"] != key, different
-    assert J.resolve("roberta", TINY_CPU, now=NOW)["data_key"] != key
-    slash = J.resolve("bert", {**TINY_CPU, "dataset_path": "/data/corpus/"}, now=NOW)["data_key"]
-    assert slash == J.resolve("bert", {**TINY_CPU, "dataset_path": "/data/corpus"}, now=NOW)["data_key"]
+        assert R.resolve("bert", {**TINY_CPU, **different}, now=NOW)["data_key"] != key, different
+    assert R.resolve("roberta", TINY_CPU, now=NOW)["data_key"] != key
+    slash = R.resolve("bert", {**TINY_CPU, "dataset_path": "/data/corpus/"}, now=NOW)["data_key"]
+    assert slash == R.resolve("bert", {**TINY_CPU, "dataset_path": "/data/corpus"}, now=NOW)["data_key"]
 
 
 def test_load_job_rejects_hand_edits(tmp_path):
-    job = J.resolve("bert", TINY_CPU, now=NOW)
+    job = R.resolve("bert", TINY_CPU, now=NOW)
     path = tmp_path / "job.json"
-    J.write_json_atomic(path, job)
+    write_json_atomic(path, job)
     assert J.load_job(path) == job
-    J.write_json_atomic(path, {**job, "max_seq_length": 64})
+    write_json_atomic(path, {**job, "max_seq_length": 64})
     with pytest.raises(J.JobError, match="data_key does not match"):
         J.load_job(path)
-    J.write_json_atomic(path, {**job, "extra": 1})
+    write_json_atomic(path, {**job, "extra": 1})
     with pytest.raises(J.JobError, match="unknown job key 'extra'"):
         J.load_job(path)
-    J.write_json_atomic(path, {**job, "max_steps": "100"})
+    write_json_atomic(path, {**job, "max_steps": "100"})
     with pytest.raises(J.JobError, match="max_steps must be an integer"):
         J.load_job(path)
 
@@ -289,13 +294,13 @@ def _flags(args):
 
 
 def test_argv_for_bert_base_on_cuda():
-    flags = _flags(J.argv(J.resolve("bert", {"accelerator": "cuda"}, now=NOW), "/d", "/o", "/c.json"))
+    flags = _flags(R.argv(R.resolve("bert", {"accelerator": "cuda"}, now=NOW), "/d", "/o", "/c.json"))
     assert set(flags) <= CONTRACT_FLAGS
     assert "--bf16" not in flags and "--fp16" not in flags  # bf16 through DeepSpeed's torch_autocast block
     assert (flags["--optim"], flags["--torch_compile"], flags["--mlm_head"], flags["--attn_implementation"]) == (
         "adamw_torch_fused", "true", "masked", "sdpa")
     assert flags["--regional_compilation"] == "true"
-    whole = _flags(J.argv(J.resolve("bert", {"accelerator": "cuda", "regional_compilation": "false"}, now=NOW),
+    whole = _flags(R.argv(R.resolve("bert", {"accelerator": "cuda", "regional_compilation": "false"}, now=NOW),
                           "/d", "/o", "/c.json"))
     assert whole["--torch_compile"] == "true" and "--regional_compilation" not in whole
     assert flags["--per_device_train_batch_size"] == "128" and flags["--gradient_accumulation_steps"] == "2"
@@ -311,15 +316,15 @@ def test_argv_for_bert_base_on_cuda():
 
 
 def test_report_to_is_tensorboard_unless_the_user_says_none():
-    none = J.resolve("bert", {**TINY_CPU, "report_to": "none"}, now=NOW)
-    assert _flags(J.argv(none, "/d", "/o", "/c.json"))["--report_to"] == "none"
+    none = R.resolve("bert", {**TINY_CPU, "report_to": "none"}, now=NOW)
+    assert _flags(R.argv(none, "/d", "/o", "/c.json"))["--report_to"] == "none"
     with pytest.raises(J.JobError, match="report_to must be one of tensorboard, none, got 'wandb'"):
-        J.resolve("bert", {**TINY_CPU, "report_to": "wandb"}, now=NOW)
+        R.resolve("bert", {**TINY_CPU, "report_to": "wandb"}, now=NOW)
 
 
 def test_argv_for_gpt2_tiny_on_cpu():
-    job = J.resolve("gpt2", {**TINY_CPU, "save_total_limit": "null", "model_name_or_path": "/m"}, now=NOW)
-    flags = _flags(J.argv(job, "/d", "/o", "/c.json"))
+    job = R.resolve("gpt2", {**TINY_CPU, "save_total_limit": "null", "model_name_or_path": "/m"}, now=NOW)
+    flags = _flags(R.argv(job, "/d", "/o", "/c.json"))
     assert set(flags) <= CONTRACT_FLAGS
     assert "--bf16" not in flags and "--fp16" not in flags and "--mlm_probability" not in flags
     assert "--save_total_limit" not in flags and flags["--model_name_or_path"] == "/m"
@@ -329,7 +334,7 @@ def test_argv_for_gpt2_tiny_on_cpu():
 
 def test_cli_argv(tmp_path):
     path = tmp_path / "job.json"
-    J.write_json_atomic(path, J.resolve("bert", TINY_CPU, now=NOW))
+    write_json_atomic(path, R.resolve("bert", TINY_CPU, now=NOW))
     result = run_cli("argv", str(path), "--dataset-dir", "/d", "--output-dir", "/o", "--deepspeed", "/c.json")
     assert result.returncode == 0, result.stderr
     assert _flags(json.loads(result.stdout))["--max_steps"] == str(J.load_job(path)["max_steps"])
@@ -340,18 +345,18 @@ def test_cli_argv(tmp_path):
 
 def test_write_json_atomic_replaces_whole_files_only(tmp_path):
     path = tmp_path / "job.json"
-    J.write_json_atomic(path, {"a": 1})
-    J.write_json_atomic(path, {"a": 2})
+    write_json_atomic(path, {"a": 1})
+    write_json_atomic(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 2}
     assert oct(path.stat().st_mode & 0o777) == oct(0o644)
     with pytest.raises(TypeError):
-        J.write_json_atomic(path, {"a": object()})  # fails half-way through serialising
+        write_json_atomic(path, {"a": object()})  # fails half-way through serialising
     assert json.loads(path.read_text()) == {"a": 2}
     assert os.listdir(tmp_path) == ["job.json"]
 
 
 def test_controller_modules_do_not_import_torch():
-    code = ("import sys, train, train.job, train.dsconfig; "
+    code = ("import sys, train, train.common.job, train.controller.dsconfig; "
             "heavy = {m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'deepspeed', 'numpy'}; "
             "assert not heavy, heavy")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -363,33 +368,33 @@ def test_controller_modules_do_not_import_torch():
 
 def test_auto_keeps_the_cpu_path():
     """On cpu "auto" gives what the CPU path always ran: ZeRO-2, DeepSpeed's optimizer, no autocast/compile."""
-    job = J.resolve("bert", {"accelerator": "cpu"}, now=NOW, world_size=2)
+    job = R.resolve("bert", {"accelerator": "cpu"}, now=NOW, world_size=2)
     assert (job["zero_stage"], job["optimizer"], job["autocast"], job["torch_compile"], job["mlm_head"],
             job["precision"]) == (2, "deepspeed", False, False, "full", "fp32")
     assert job["per_device_train_batch_size"] * job["gradient_accumulation_steps"] * 2 == 256
-    tiny = J.resolve("bert", {"accelerator": "cpu", "model_size": "tiny"}, now=NOW, world_size=2)
+    tiny = R.resolve("bert", {"accelerator": "cpu", "model_size": "tiny"}, now=NOW, world_size=2)
     assert (tiny["per_device_train_batch_size"], tiny["gradient_accumulation_steps"], tiny["train_batch_size"],
             tiny["zero_stage"]) == (8, 1, None, 2)
 
 
 @pytest.mark.parametrize("world, micro, accum", [(1, 128, 2), (2, 128, 1), (8, 32, 1)])
 def test_auto_batch_keeps_the_global_batch(world, micro, accum):
-    job = J.resolve("bert", {"accelerator": "cuda"}, now=NOW, world_size=world)
+    job = R.resolve("bert", {"accelerator": "cuda"}, now=NOW, world_size=world)
     assert (job["per_device_train_batch_size"], job["gradient_accumulation_steps"]) == (micro, accum)
-    gpt2 = J.resolve("gpt2", {"accelerator": "cuda"}, now=NOW, world_size=world)
+    gpt2 = R.resolve("gpt2", {"accelerator": "cuda"}, now=NOW, world_size=world)
     assert gpt2["per_device_train_batch_size"] * gpt2["gradient_accumulation_steps"] * world == 512
     assert gpt2["per_device_train_batch_size"] <= 64 and gpt2["mlm_head"] == "full"
     # regional compilation only with the masked MLM head (measured: faster for BERT, 35 % slower for GPT-2)
     assert (job["torch_compile"], job["regional_compilation"]) == (True, True)
     assert (gpt2["torch_compile"], gpt2["regional_compilation"]) == (True, False)
-    gpt2_args = J.argv(gpt2, "D", "O", "C")
+    gpt2_args = R.argv(gpt2, "D", "O", "C")
     assert "--regional_compilation" not in gpt2_args and "--torch_compile" in gpt2_args
 
 
 def test_blog_recipe_gets_deepspeeds_optimizer_and_fp16():
-    job = J.resolve("bert", {"accelerator": "cuda", "precision": "fp16", "offload_optimizer": "cpu"}, now=NOW)
+    job = R.resolve("bert", {"accelerator": "cuda", "precision": "fp16", "offload_optimizer": "cpu"}, now=NOW)
     assert (job["zero_stage"], job["optimizer"], job["autocast"]) == (2, "deepspeed", False)
-    assert "--fp16" in J.argv(job, "D", "O", "C") and "--optim" not in J.argv(job, "D", "O", "C")
+    assert "--fp16" in R.argv(job, "D", "O", "C") and "--optim" not in R.argv(job, "D", "O", "C")
 
 
 @pytest.mark.parametrize("overrides, needle", [
@@ -400,13 +405,13 @@ def test_blog_recipe_gets_deepspeeds_optimizer_and_fp16():
 ])
 def test_auto_rules_refuse_contradictions(overrides, needle):
     with pytest.raises(J.JobError, match=re.escape(needle)):
-        J.resolve("bert", {"accelerator": "cuda", **overrides}, now=NOW)
+        R.resolve("bert", {"accelerator": "cuda", **overrides}, now=NOW)
 
 
 def test_masked_head_and_compile_need_their_setting():
     with pytest.raises(J.JobError, match="masked LM only"):
-        J.resolve("gpt2", {"accelerator": "cuda", "mlm_head": "masked"}, now=NOW)
+        R.resolve("gpt2", {"accelerator": "cuda", "mlm_head": "masked"}, now=NOW)
     with pytest.raises(J.JobError, match="torch_compile needs accelerator cuda"):
-        J.resolve("bert", {"accelerator": "cpu", "torch_compile": "true"}, now=NOW)
+        R.resolve("bert", {"accelerator": "cpu", "torch_compile": "true"}, now=NOW)
     with pytest.raises(J.JobError, match="regional_compilation=false .or auto.: torch.compile runs on cuda only"):
-        J.resolve("bert", {"accelerator": "cpu", "regional_compilation": "true"}, now=NOW)
+        R.resolve("bert", {"accelerator": "cpu", "regional_compilation": "true"}, now=NOW)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from train import checkpoints, rank_status
+from train.node import checkpoints, rank_status
 from train.tests.test_end_to_end import ANSIBLE_PLAYBOOK, REPO, pytestmark, run  # noqa: F401 (pytestmark: DSC_E2E)
 
 
 def ranks_of(run_name: str) -> list[int]:
-    """Pids of this machine's ranks of run ``run_name`` (train.rank_status's rule for a run's processes)."""
+    """Pids of this machine's ranks of run ``run_name`` (train.node.rank_status's rule for a run's processes)."""
     pids = rank_status.run_processes("/opt/deepspeed-cluster/runs", run_name).get(run_name, [])
     return [p for p in pids if b"--local_rank=" in Path(f"/proc/{p}/cmdline").read_bytes()]
 

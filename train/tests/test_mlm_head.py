@@ -1,4 +1,4 @@
-"""train/mlm_head.py: the LM head at masked positions gives the stock loss, and the model saves and loads as stock."""
+"""train/rank/mlm_head.py: the LM head at masked positions gives the stock loss, and the model saves and loads as stock."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from transformers import (AutoModelForMaskedLM, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
                           RobertaConfig, RobertaForMaskedLM)
 
-from train import mlm_head
+from train.rank import mlm_head
 
 from .conftest import TINY_BERT
 

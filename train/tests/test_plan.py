@@ -1,4 +1,4 @@
-"""train/plan.py and train/launch.py without Ansible: the run's plan from overrides, the cluster shape and paths."""
+"""train/controller/plan.py and train/controller/launch.py without Ansible: the run's plan from overrides, the cluster shape and paths."""
 
 import datetime
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from train import launch, plan
-from train.job import JobError
+from train.controller import launch, plan
+from train.common.job import JobError
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = str(REPO / "templates" / "deepspeed")
@@ -43,14 +43,14 @@ def test_preset_plan_has_job_config_paths_and_one_launch_command_for_pdsh(tmp_pa
     assert p["paths"]["out_dir"] == str(tmp_path / "outputs" / p["run_name"])
     assert list(p["launch"]) == ["head-1"] and p["logs"] == {"head-1": f"{run_dir}/train.log"}
     argv = p["launch"]["head-1"]
-    # on several nodes the head's launcher runs under train.checkpoints, which gathers the nodes' checkpoint parts
+    # on several nodes the head's launcher runs under train.node.checkpoints, which gathers the nodes' checkpoint parts
     sup = argv[: argv.index("--") + 1]
-    assert sup == ["/opt/dsc/venv/bin/python", "-m", "train.checkpoints", "supervise", "--output", f"{run_dir}/output",
+    assert sup == ["/opt/dsc/venv/bin/python", "-m", "train.node.checkpoints", "supervise", "--output", f"{run_dir}/output",
                    "--world-size", "4", "--zero-stage", str(p["job"]["zero_stage"]), "--hosts", "worker-1", "--"]
     argv = argv[len(sup):]
     assert argv[:7] == ["/opt/dsc/venv/bin/deepspeed", "--hostfile", f"{run_dir}/hostfile", "--master_addr",
                         "10.0.0.1", "--master_port", "29500"]
-    assert "train/pretrain.py" in argv and "--no_ssh_check" not in argv and "--no_ssh" not in argv
+    assert argv[7:9] == ["--module", "train.rank.pretrain"] and "--no_ssh_check" not in argv and "--no_ssh" not in argv
     # multi-node pdsh: the JSON of --config_overrides is quoted once more for the remote shell
     config = p["argv"][p["argv"].index("--config_overrides") + 1]
     assert shlex.quote(config) in argv and config not in argv
@@ -117,7 +117,7 @@ def test_script_mode_reads_the_scripts_arguments_into_the_job(tmp_path):
                                  "--max_steps", "30"])
     assert p["mode"] == "script" and p["run_name"].startswith("run_mlm-")
     assert p["job"]["per_device_train_batch_size"] == 4 and p["job"]["max_steps"] == 30
-    assert p["entry"] == ["train/run_script.py", "scripts/run_mlm.py"]
+    assert p["entry"] == ["--module", "train.rank.run_script", "scripts/run_mlm.py"]
     data_dir = f"/ssd/user-data/{tmp_path.name}"
     assert p["paths"]["script_data_dir"] == data_dir and f"{data_dir}/train.txt" in p["argv"]
     assert p["argv"][p["argv"].index("--deepspeed") + 1] == f"{p['paths']['run_dir']}/ds_config.json"
@@ -206,8 +206,8 @@ def test_the_scripts_top_level_imports_are_listed_for_the_preflight(tmp_path):
 
 
 def test_script_mode_records_only_the_job_keys_that_apply_to_the_script(tmp_path):
-    """job.json of a script run has no preset keys (model, model_size, data, logging): issue 16 item 7."""
-    from train.job import SCRIPT_KEYS
+    """job.json of a script run has no preset keys (model, model_size, data, logging)."""
+    from train.controller.resolve import SCRIPT_KEYS
 
     script = tmp_path / "run_mlm.py"
     script.write_text("from transformers import Trainer\n")
@@ -266,7 +266,7 @@ def test_a_bad_user_deepspeed_file_is_one_line(tmp_path, monkeypatch, content, m
 
 def finished_run(tmp_path, world_size=4, step=10, **overrides):
     """A run's results on the controller as train.yml leaves them: job.json and a complete, marked checkpoint."""
-    from train import checkpoints
+    from train.node import checkpoints
     from train.tests.test_checkpoints import write_checkpoint
 
     first = build(tmp_path, overrides)
@@ -311,7 +311,7 @@ def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_compl
 
 
 def test_a_script_run_resumes_with_resume_from_checkpoint_added_to_its_own_arguments(tmp_path):
-    from train import checkpoints
+    from train.node import checkpoints
     from train.tests.test_checkpoints import write_checkpoint
 
     script = tmp_path / "run_mlm.py"

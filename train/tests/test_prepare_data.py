@@ -1,4 +1,4 @@
-"""train/prepare_data.py: raw text -> tokenizer + grouped Arrow blocks + prepare.json + MANIFEST, atomically.
+"""train/data/prepare_data.py: raw text -> tokenizer + grouped Arrow blocks + prepare.json + MANIFEST, atomically.
 
 Real corpora (the stdlib's pydoc topics), real tokenizer training, real save_to_disk / load_from_disk.
 """
@@ -166,10 +166,10 @@ def test_verify_detects_a_changed_file(bert_artifact, tmp_path):
 
 
 def test_a_verified_artifact_is_not_hashed_again_until_a_file_changes(bert_artifact, tmp_path):
-    """train/artifact.py's stamp: once verified, an artifact whose files keep their sizes and mtimes passes
+    """train/data/artifact.py's stamp: once verified, an artifact whose files keep their sizes and mtimes passes
     --verify without hashing (the reason says so); a file touched since is hashed again; a bit flipped with its
     mtime put back (what the quick check cannot see) is caught by --rehash, and that failure drops the stamp."""
-    from train import artifact
+    from train.data import artifact
 
     copy = tmp_path / "copy"
     shutil.copytree(bert_artifact, copy)
@@ -305,7 +305,7 @@ def test_vocabulary_reached_is_printed_recorded_and_warned_about(tmp_path):
 
 
 def test_vocab_report_warns_below_ninety_percent():
-    from train.prepare_data import vocab_report
+    from train.data.prepare_data import vocab_report
 
     assert vocab_report(2000, 2000) == ("vocabulary: 2000 tokens reached of vocab_size 2000 asked (100%)", False)
     assert vocab_report(1850, 2000)[1] is False
@@ -359,7 +359,7 @@ def test_no_corpus_size_warning_for_enough_data(bert_artifact, tmp_path):
 
 
 def test_batch_report_thresholds():
-    from train.prepare_data import MIN_STEPS_PER_EPOCH, batch_report
+    from train.data.prepare_data import MIN_STEPS_PER_EPOCH, batch_report
 
     common = dict(documents=1, corpus_tokens=500, block_length=64, max_steps=60)
     line, warn = batch_report(blocks=7, micro=8, accum=1, world_size=2, **common)
@@ -437,9 +437,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
 
 
 
-@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "job.py").is_file(), reason="train/job.py absent")
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "job.py").is_file(), reason="train/common/job.py absent")
 def test_reads_the_job_train_job_writes(tmp_path):
-    """The real job file (train.job resolve, flat keys): roberta -> byte-level BPE with RoBERTa's specials."""
+    """The real job file (train.controller.resolve resolve, flat keys): roberta -> byte-level BPE with RoBERTa's specials."""
     import subprocess
     import sys
 
@@ -448,7 +448,7 @@ def test_reads_the_job_train_job_writes(tmp_path):
     from .conftest import REPO
 
     overrides = {"model_size": "tiny", "accelerator": "cpu", "vocab_size": 1000, "max_seq_length": 64}
-    subprocess.run([sys.executable, "-m", "train.job", "resolve", "--model", "roberta", "--overrides",
+    subprocess.run([sys.executable, "-m", "train.common.job", "resolve", "--model", "roberta", "--overrides",
                     json.dumps(overrides), "--out", str(tmp_path / "job.json")], cwd=REPO, check=True)
     prepare_or_fail(tmp_path / "job.json", tmp_path / "art")
     meta = json.loads((tmp_path / "art" / "prepare.json").read_text())

@@ -1,4 +1,4 @@
-"""train/pretrain.py under the real ``deepspeed`` launcher (gloo on CPU, ZeRO-2 template), plus the two CPU traps.
+"""train/rank/pretrain.py under the real ``deepspeed`` launcher (gloo on CPU, ZeRO-2 template), plus the two CPU traps.
 
 a. accelerate leaves the backend unset under DeepSpeed on CPU, so the Trainer believes world size is 1:
    the 2-rank run must report trainer_world_size 2 and the ranks must have trained on different batches.
@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from train.runtime import METRICS_KEYS
+from train.rank.metrics import METRICS_KEYS
 
 from .conftest import TINY_BERT, TINY_GPT2, ds_config, job_dict, launch, pretrain_args
 
@@ -153,9 +153,9 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
     assert [r["step"] for r in records] == [1, 4, 6]  # the last step is logged although 6 % 4 != 0
     r0, r1 = (r["first_batches_sha256"] for r in m["ranks"])
     assert not set(r0) & set(r1)
-    # the checkpoint the Trainer saved at the last step is complete by train/checkpoints.py's rule: at ZeRO-3
+    # the checkpoint the Trainer saved at the last step is complete by train/node/checkpoints.py's rule: at ZeRO-3
     # every rank's model states and optimizer shard, both RNG states, whole files
-    from train import checkpoints
+    from train.node import checkpoints
 
     ckpt = out / "checkpoint-6"
     assert checkpoints.problems(ckpt, 2, 3) == []
@@ -174,7 +174,7 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
 
 # ----------------------------------------------------------------------------------------------- in-process units
 def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
-    from train.pretrain import DataArguments, UsageError, load_artifact
+    from train.rank.pretrain import DataArguments, UsageError, load_artifact
 
     with pytest.raises(UsageError, match="prepare_data"):
         load_artifact(DataArguments(dataset_dir=str(tmp_path / "nothing")), "mlm")
@@ -187,7 +187,7 @@ def test_build_model_makes_a_fresh_model_on_the_given_device(bert_artifact):
     every parameter and buffer must end up there (built there: a meta tensor cannot be initialised and moved
     back)."""
     import torch
-    from train.pretrain import DataArguments, ModelArguments, build_model, load_artifact
+    from train.rank.pretrain import DataArguments, ModelArguments, build_model, load_artifact
 
     tokenizer, _, _ = load_artifact(DataArguments(dataset_dir=str(bert_artifact)), "mlm")
     args = ModelArguments(model_type="bert", config_overrides=json.dumps(TINY_BERT), mlm_head="masked")
@@ -207,7 +207,7 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
 
     - PerfCallback (make bench reads it): perf.json's steady window counts the samples really trained, its
       start-up phases come in order, and DSC_PROFILE_STEPS=A:B writes profile.txt with the window's seconds;
-    - gradients are clipped in the optimizer's step (runtime.clip_without_host_sync), not by DeepSpeed's
+    - gradients are clipped in the optimizer's step (patches.clip_without_host_sync), not by DeepSpeed's
       clip_fp32_gradients: the same losses and pre-clip gradient norms (logged at every step; DeepSpeed reports
       none on that path) as the plain Trainer without DeepSpeed, which clips with torch's clip_grad_norm_.
       max_grad_norm 0.05 is far below the norms (~2): a run that did not clip would lose differently, and a hook
@@ -235,7 +235,7 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
     assert list(startup) == order and all(isinstance(startup[k], float) for k in order), startup
     assert [startup[k] for k in order] == sorted(startup[k] for k in order), startup
     assert startup["imports_done"] - startup["process_start"] > 0.5  # torch and transformers were imported
-    from train.bench import STARTUP_PHASES, startup_phases
+    from train.tools.bench import STARTUP_PHASES, startup_phases
 
     phases = startup_phases(startup, launch=startup["process_start"] - 1.0)  # the report's breakdown
     assert [name for name, _ in phases] == [name for name, _ in STARTUP_PHASES] and phases[0][1] == 1.0
@@ -257,10 +257,10 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
 
 
 def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_1rank, bert_2ranks, tmp_path):
-    """train.bench's data-parallel scaling (issue 12) from two real CPU runs of the same per-rank batch, 1 and 2
+    """train.tools.bench's data-parallel scaling (issue 12) from two real CPU runs of the same per-rank batch, 1 and 2
     ranks: the report's efficiency is the per-rank throughput ratio of their perf.json files, the target line and
     the table say it; a run with another per-rank batch gets no efficiency, and says why."""
-    from train import bench
+    from train.tools import bench
 
     one, two = bert_1rank["out"].parent, bert_2ranks["out"].parent
     records = [{"label": f"bert tiny, {n} rank(s)", "run_name": d.name, "command": f"launch({n})",

@@ -1,8 +1,8 @@
-"""train/progress.py: the lines the playbook prints while a job runs."""
+"""train/controller/progress.py: the lines the playbook prints while a job runs."""
 
 import json
 
-from train.progress import format_duration, format_record, main, parse_records, summary_lines
+from train.controller.progress import format_duration, format_record, main, parse_records, summary_lines
 
 
 def test_format_duration():
@@ -50,7 +50,7 @@ def test_main_prints_each_record_with_the_last_checkpoint(tmp_path, capsys):
 def test_the_op_builds_planned_ops_and_each_op_start_are_read_from_its_log():
     """Lines as a real DS_BUILD_OPS=1 build on this machine logged them (pip --log); deepspeed_build_watch prints
     `compiling cpu_adam (3 of 6)` from them instead of Ansible's FAILED - RETRYING."""
-    from train.progress import op_started, ops_planned
+    from train.controller.progress import op_started, ops_planned
 
     line = ("2026-12-01T10:20:27,597   Install Ops={'deepspeed_not_implemented': False, 'async_io': False, "
             "'deepspeed_ccl_comm': False, 'deepspeed_shm_comm': 1, 'cpu_adagrad': 1, 'cpu_adam': 1, 'cpu_lion': 1, "

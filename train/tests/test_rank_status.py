@@ -1,4 +1,4 @@
-"""train/rank_status.py with real processes: each way a rank ends leaves the record the playbook reads."""
+"""train/node/rank_status.py with real processes: each way a rank ends leaves the record the playbook reads."""
 
 import json
 import os
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys, time
 sys.path.insert(0, %r)
-from train import rank_status
+from train.node import rank_status
 rank_status.record_start(rank=3, world_size=4, local_rank=1, host="node-x", job_file=sys.argv[1])
 print("ready", flush=True)
 how = sys.argv[2]
@@ -65,7 +65,7 @@ def test_sigterm_is_recorded_and_sigkill_leaves_no_end(tmp_path):
 
 
 def test_dead_ranks_order_killed_then_own_errors_then_missing_then_peer_errors():
-    from train.rank_status import dead_ranks
+    from train.node.rank_status import dead_ranks
 
     records = [{"rank": 1, "end": "terminated"}, {"rank": 5, "end": None, "alive": False},
                {"rank": 2, "end": "error: RuntimeError: Connection closed by peer [10.0.0.2]:4000"},
@@ -75,7 +75,7 @@ def test_dead_ranks_order_killed_then_own_errors_then_missing_then_peer_errors()
 
 
 def test_read_node_sees_live_dead_and_missing_ranks(tmp_path):
-    from train.rank_status import read_node
+    from train.node.rank_status import read_node
 
     proc, path = run_child(tmp_path, "wait")
     try:
@@ -90,7 +90,7 @@ def test_read_node_sees_live_dead_and_missing_ranks(tmp_path):
 
 
 def test_without_a_run_directory_nothing_is_written(tmp_path, monkeypatch):
-    from train import rank_status
+    from train.node import rank_status
 
     monkeypatch.delenv("DSC_JOB_FILE", raising=False)
     assert rank_status.record_start(0, 1, 0, "h") is None
@@ -100,18 +100,18 @@ def test_the_command_line_reads_a_nodes_ranks_without_naming_the_run_directory(t
     """stop.yml runs it while it stops every process whose command line holds <runs>/<run>/: it must not be one."""
     (tmp_path / "r1" / "ranks").mkdir(parents=True)
     (tmp_path / "r1" / "ranks" / "rank-2.json").write_text(json.dumps({"rank": 2, "pid": 2 ** 22 + 9, "end": None}))
-    argv = [sys.executable, "-m", "train.rank_status", "read", str(tmp_path), "r1", "2", "2"]
+    argv = [sys.executable, "-m", "train.node.rank_status", "read", str(tmp_path), "r1", "2", "2"]
     out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=True).stdout
     got = json.loads(out)
     assert [r["rank"] for r in got] == [2, 3] and got[0]["alive"] is False and got[1]["end"] == "never started"
     assert f"{tmp_path}/r1/" not in " ".join(argv)
-    bad = subprocess.run([sys.executable, "-m", "train.rank_status", str(tmp_path), "r1"], cwd=REPO,
+    bad = subprocess.run([sys.executable, "-m", "train.node.rank_status", str(tmp_path), "r1"], cwd=REPO,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("usage: ") and "Traceback" not in bad.stderr
 
 
 def test_node_ranks_numbers_ranks_in_host_order():
-    from train.rank_status import node_ranks
+    from train.node.rank_status import node_ranks
 
     assert node_ranks(["head-1", "worker-1", "worker-2"], {"head-1": 2, "worker-1": 1, "worker-2": 3}) == {
         "head-1": [0, 1], "worker-1": [2], "worker-2": [3, 4, 5]}
@@ -123,7 +123,7 @@ STUBBORN = "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_I
 def test_stop_ends_the_runs_processes_sigkill_for_one_that_ignores_sigterm_and_leaves_the_rest(tmp_path):
     """Real processes: two of run r1 (one ignores SIGTERM), one of run r2, a tail of r1's log. `stop RUNS r1`
     ends both of r1's, leaves r2's and the tail, and its own command line is not taken for one of r1's."""
-    from train.rank_status import run_processes
+    from train.node.rank_status import run_processes
 
     runs = tmp_path / "runs"
     (runs / "r1").mkdir(parents=True)
@@ -137,14 +137,14 @@ def test_stop_ends_the_runs_processes_sigkill_for_one_that_ignores_sigterm_and_l
         assert mine[1].stdout.readline().strip() == "ready"
         assert run_processes(str(runs)) == {"r1": sorted(p.pid for p in mine), "r2": [other.pid]}
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "train.rank_status", "stop", str(runs), "r1"], cwd=REPO,
+        out = subprocess.run([sys.executable, "-m", "train.node.rank_status", "stop", str(runs), "r1"], cwd=REPO,
                              capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout) == {"stopped": True, "left": []}
         assert time.monotonic() - t0 < 15
         assert mine[0].wait(timeout=5) == -signal.SIGTERM and mine[1].wait(timeout=5) == -signal.SIGKILL
         assert other.poll() is None and tail.poll() is None
-        again = subprocess.run([sys.executable, "-m", "train.rank_status", "stop", str(runs), "r1"], cwd=REPO,
+        again = subprocess.run([sys.executable, "-m", "train.node.rank_status", "stop", str(runs), "r1"], cwd=REPO,
                                capture_output=True, text=True, check=True)
         assert json.loads(again.stdout) == {"stopped": False, "left": []}
     finally:
@@ -157,7 +157,7 @@ def test_check_nodes_reads_the_local_node_and_reports_nodes_that_do_not_answer_w
     """The liveness check: the local node's ranks from their files (one alive, one killed); a node whose ssh port
     is closed, and one that accepts the connection but never speaks (a paused node: its kernel still answers TCP),
     both "did not answer" -- the silent one within the timeout, not ssh's default."""
-    from train.rank_status import check_nodes, trouble
+    from train.node.rank_status import check_nodes, trouble
 
     (tmp_path / "r1").mkdir()
     proc, _ = run_child(tmp_path / "r1", "wait")

@@ -1,5 +1,5 @@
 """A user's own run_mlm.py-style script (HfArgumentParser + Trainer, --train_file, MLM collator), launched
-unchanged through train/run_script.py by the real deepspeed launcher with 2 ranks, plus train/script_args.py."""
+unchanged through train/rank/run_script.py by the real deepspeed launcher with 2 ranks, plus train/controller/script_args.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from train import script_args
-from train.runtime import METRICS_KEYS
+from train.controller import script_args
+from train.rank.metrics import METRICS_KEYS
 from train.tests.conftest import ds_config, launch, write_job
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # test tiers: pytest.ini
@@ -75,7 +75,7 @@ def user_run(bert_artifact, tmp_path_factory):
     args = script_args.complete(user_args, str(out), str(ds_config(work / "ds.json")), str(data))
     # the job file is not beside the output directory: the launcher names it in DSC_JOB_FILE
     job_file = write_job(tmp_path_factory.mktemp("plan") / "job.json", run_name="my-script-run")
-    proc, _ = launch(2, args, work, entry=("train/run_script.py", str(script)),
+    proc, _ = launch(2, args, work, entry=("--module", "train.rank.run_script", str(script)),
                      env_extra={"DSC_JOB_FILE": str(job_file)})
     return proc, out
 
@@ -95,7 +95,7 @@ def test_user_script_runs_data_parallel_with_progress(user_run):
 
 
 def test_user_script_metrics_have_the_run_name_and_the_eval_metrics(user_run):
-    """One set of metrics.json keys (the same as train/pretrain.py's), the run name from the job file named by
+    """One set of metrics.json keys (the same as train/rank/pretrain.py's), the run name from the job file named by
     DSC_JOB_FILE, and the evaluation the script ran after training."""
     _, out = user_run
     m = json.loads((out / "metrics.json").read_text())
@@ -185,7 +185,7 @@ def test_script_args_import_is_cheap():
 
     from train.tests.conftest import REPO
 
-    code = "import sys, train.script_args; assert 'transformers' not in sys.modules"
+    code = "import sys, train.controller.script_args; assert 'transformers' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60).returncode == 0
 
 

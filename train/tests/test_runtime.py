@@ -1,4 +1,4 @@
-"""train/runtime.py: importing train/ changes nothing; bootstrap is explicit; the run identity of metrics.json."""
+"""The rank runtime (train.rank.bootstrap, .metrics, .patches): importing train/ changes nothing; bootstrap is explicit; the run identity of metrics.json."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from train import runtime
+from train.rank import bootstrap, metrics, patches
 
 from .conftest import REPO, write_job
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # test tiers: pytest.ini
 
-MODULES = ("train", "train.artifact", "train.callbacks", "train.corpus", "train.dsconfig", "train.job",
-           "train.prepare_data", "train.pretrain", "train.progress", "train.run_script", "train.runtime",
-           "train.script_args")
+MODULES = tuple(sorted(
+    ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+    for path in (REPO / "train").rglob("*.py") if "tests" not in path.parts))
 
 
 def _run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -58,9 +58,9 @@ print("IMPORTED-CLEANLY")
 def test_bootstrap_sets_the_rank_environment_once():
     code = """
 import os
-from train import runtime
-a = runtime.bootstrap()
-b = runtime.bootstrap()
+from train.rank import bootstrap, metrics, patches
+a = bootstrap.bootstrap()
+b = bootstrap.bootstrap()
 assert a is b
 print(os.environ["OMP_NUM_THREADS"], os.environ["HF_HUB_OFFLINE"], os.environ["TOKENIZERS_PARALLELISM"])
 """
@@ -76,7 +76,7 @@ print(os.environ["OMP_NUM_THREADS"], os.environ["HF_HUB_OFFLINE"], os.environ["T
 
 
 def test_bootstrap_makes_a_lone_deepspeed_process_rank_0_of_1():
-    proc = _run("import os; from train import runtime; runtime.bootstrap('ds.json', announce=False); "
+    proc = _run("import os; from train.rank import bootstrap, metrics, patches; bootstrap.bootstrap('ds.json', announce=False); "
                 "print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'], "
                 "int(os.environ['MASTER_PORT']) > 0)")
     assert proc.returncode == 0, proc.stderr
@@ -84,33 +84,33 @@ def test_bootstrap_makes_a_lone_deepspeed_process_rank_0_of_1():
 
 
 def test_run_identity_prefers_env_then_job_file_then_run_name(tmp_path, monkeypatch):
-    monkeypatch.delenv(runtime.RUN_NAME_ENV, raising=False)
-    monkeypatch.delenv(runtime.JOB_FILE_ENV, raising=False)
+    monkeypatch.delenv(bootstrap.RUN_NAME_ENV, raising=False)
+    monkeypatch.delenv(bootstrap.JOB_FILE_ENV, raising=False)
     out = tmp_path / "run" / "output"
     out.mkdir(parents=True)
-    assert runtime.run_identity(out, "from-args")["run_name"] == "from-args"
-    assert runtime.run_identity(out, None) == {"run_name": None, "model": None, "model_size": None,
+    assert metrics.run_identity(out, "from-args")["run_name"] == "from-args"
+    assert metrics.run_identity(out, None) == {"run_name": None, "model": None, "model_size": None,
                                                "job_file": None, "mode": "preset"}
     beside = write_job(tmp_path / "run" / "job.json", run_name="beside-output")
-    ident = runtime.run_identity(out, "from-args")
+    ident = metrics.run_identity(out, "from-args")
     assert ident == {"run_name": "beside-output", "model": "bert", "model_size": "tiny", "job_file": str(beside),
                      "mode": "preset"}
     elsewhere = write_job(tmp_path / "job-elsewhere.json", run_name="from-env-file")
-    monkeypatch.setenv(runtime.JOB_FILE_ENV, str(elsewhere))
-    ident = runtime.run_identity(tmp_path / "somewhere-else", None, script="/x/run_mlm.py")
+    monkeypatch.setenv(bootstrap.JOB_FILE_ENV, str(elsewhere))
+    ident = metrics.run_identity(tmp_path / "somewhere-else", None, script="/x/run_mlm.py")
     assert ident == {"run_name": "from-env-file", "model": None, "model_size": None, "job_file": str(elsewhere),
                      "mode": "script"}
-    monkeypatch.setenv(runtime.RUN_NAME_ENV, "from-env")
-    assert runtime.run_identity(out, "from-args")["run_name"] == "from-env"
+    monkeypatch.setenv(bootstrap.RUN_NAME_ENV, "from-env")
+    assert metrics.run_identity(out, "from-args")["run_name"] == "from-env"
 
 
 def test_configured_state_keeps_the_users_accelerator_config(tmp_path):
-    assert runtime.configured_state(None) == {"use_configured_state": True}
-    assert runtime.configured_state('{"split_batches": true}') == {"split_batches": True,
+    assert patches.configured_state(None) == {"use_configured_state": True}
+    assert patches.configured_state('{"split_batches": true}') == {"split_batches": True,
                                                                     "use_configured_state": True}
     path = tmp_path / "acc.json"
     path.write_text(json.dumps({"even_batches": False}))
-    assert runtime.configured_state(str(path)) == {"even_batches": False, "use_configured_state": True}
+    assert patches.configured_state(str(path)) == {"even_batches": False, "use_configured_state": True}
 
 
 def test_num_items_probe_tells_bert_from_gpt2():
@@ -120,16 +120,16 @@ def test_num_items_probe_tells_bert_from_gpt2():
 
     bert = BertForMaskedLM(BertConfig(vocab_size=100, **TINY_BERT))
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=100, **TINY_GPT2))
-    assert runtime.fix_loss_kwargs_flag(bert, 100) is False and bert.accepts_loss_kwargs is False
-    assert runtime.fix_loss_kwargs_flag(gpt2, 100) is True and gpt2.accepts_loss_kwargs is True
+    assert patches.fix_loss_kwargs_flag(bert, 100) is False and bert.accepts_loss_kwargs is False
+    assert patches.fix_loss_kwargs_flag(gpt2, 100) is True and gpt2.accepts_loss_kwargs is True
     assert bert.training and gpt2.training  # the probe leaves the mode alone
-    assert runtime.count_parameters(bert) == sum(p.numel() for p in bert.parameters())
+    assert metrics.count_parameters(bert) == sum(p.numel() for p in bert.parameters())
 
 
 def test_deepspeed_clips_fp32_gradients_only_where_its_engine_would():
     """deepspeed/runtime/engine.py _take_model_step: clip_fp32_gradients runs for gradient_clipping > 0 with no
     fp16/bf16 block enabled and ZeRO stage 0; the ZeRO and bf16/fp16 optimizers clip themselves."""
-    clips = runtime.deepspeed_clips_fp32_gradients
+    clips = patches.deepspeed_clips_fp32_gradients
     base = {"zero_optimization": {"stage": 0}, "gradient_clipping": 1.0, "bf16": {"enabled": False},
             "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
     assert clips(base)
@@ -150,7 +150,7 @@ def test_clipping_in_the_optimizer_step_clips_and_keeps_the_pre_clip_norm():
     w = torch.nn.Parameter(torch.zeros(3))
     b = torch.nn.Parameter(torch.zeros(4))
     optimizer = torch.optim.SGD([{"params": [w]}, {"params": [b]}], lr=1.0)
-    holder = runtime.clip_in_optimizer_step(optimizer, max_norm=1.0)
+    holder = patches.clip_in_optimizer_step(optimizer, max_norm=1.0)
     assert holder["norm"] is None
     w.grad, b.grad = torch.tensor([3.0, 0.0, 0.0]), torch.tensor([0.0, 4.0, 0.0, 0.0])  # total norm 5
     optimizer.step()
@@ -166,15 +166,18 @@ def test_clipping_in_the_optimizer_step_clips_and_keeps_the_pre_clip_norm():
 
 def test_process_start_is_the_processes_creation_time():
     started = time.time()
-    proc = subprocess.run([sys.executable, "-c", "import time; time.sleep(1.2); from train import runtime; "
-                           "print(runtime.process_start_unix_s())"], cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", "import time; time.sleep(1.2); from train.rank import bootstrap, metrics, patches; "
+                           "print(bootstrap.process_start_unix_s())"], cwd=REPO, capture_output=True, text=True,
                           check=True)
     value = float(proc.stdout)
     assert started - 0.05 <= value <= started + 0.8, (started, value)  # at the start, not 1.2 s later at the call
 
 
-@pytest.mark.parametrize("name", ["train.script_args", "train.runtime", "train.prepare_data", "train.corpus",
-                                  "train.artifact", "train.progress"])
+@pytest.mark.parametrize("name", ["train.common.job", "train.common.jsonio", "train.controller.resolve",
+                                  "train.controller.plan", "train.controller.script_args", "train.controller.progress",
+                                  "train.data.prepare_data", "train.data.corpus", "train.data.artifact",
+                                  "train.node.checkpoints", "train.node.rank_status", "train.rank.bootstrap",
+                                  "train.rank.metrics", "train.rank.patches"])
 def test_light_modules_import_no_heavy_package(name):
     code = (f"import sys, {name}; heavy = {{m.split('.')[0] for m in sys.modules}} & "
             "{'torch', 'transformers', 'deepspeed', 'datasets', 'numpy'}; assert not heavy, heavy")
@@ -190,8 +193,8 @@ def test_each_rank_output_is_copied_into_its_own_log_file_and_still_reaches_the_
     (tmp_path / "job.json").write_text("{}")
     code = """
 import os, subprocess, sys
-from train import runtime
-info = runtime.bootstrap()
+from train.rank import bootstrap, metrics, patches
+info = bootstrap.bootstrap()
 print(f"stdout of rank {info.rank}", flush=True)
 subprocess.run(["sh", "-c", "echo a child of rank $RANK"])
 raise RuntimeError(f"rank {info.rank} failed")
@@ -214,10 +217,10 @@ def test_a_killed_ranks_lines_are_in_its_log_and_no_tee_is_left(tmp_path):
     (tmp_path / "job.json").write_text("{}")
     code = """
 import os, signal, sys
-from train import runtime
-runtime.bootstrap()
+from train.rank import bootstrap, metrics, patches
+bootstrap.bootstrap()
 print("before the kill", flush=True)
-print("tee pids", *[t.pid for t in runtime._TEES], flush=True)
+print("tee pids", *[t.pid for t in bootstrap._TEES], flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
     proc = _run(code, {"DSC_JOB_FILE": str(tmp_path / "job.json"), "RANK": "2", "WORLD_SIZE": "4"})
@@ -236,7 +239,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_without_a_run_there_is_no_rank_log(tmp_path):
-    proc = _run("from train import runtime; runtime.bootstrap(); print(runtime._TEES)", {"RANK": "0"})
+    proc = _run("from train.rank import bootstrap, metrics, patches; bootstrap.bootstrap(); print(bootstrap._TEES)", {"RANK": "0"})
     assert proc.returncode == 0 and proc.stdout.strip().endswith("[]")
 
 
@@ -246,7 +249,7 @@ def test_without_tensorboard_the_run_goes_on_without_events_and_says_so(tmp_path
     code = f"""
 import json, sys, types
 sys.modules.update({{"tensorboard": None, "tensorboardX": None, "torch.utils.tensorboard": None}})
-from train.callbacks import ProgressCallback, usable_report_to
+from train.rank.callbacks import ProgressCallback, usable_report_to
 print(json.dumps([usable_report_to("tensorboard", rank=1), usable_report_to(["tensorboard", "none"], rank=0),
                   usable_report_to("none")]))
 from transformers import TrainingArguments

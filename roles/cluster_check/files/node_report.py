@@ -13,7 +13,7 @@ accelerator=cuda the GPUs come from ``nvidia-smi`` and NCCL's version from ``ncc
 venv's torch loads (well under a second); torch itself (seconds: import and CUDA start) is asked only where that
 answer could differ from what a rank sees (see ``fast_gpus_and_nccl``). With ``master_port``:
 ``master_port_in_use``. (The runs still
-running on the node come from train/rank_status.py's finder, run as a script of its own: one finder of a run's
+running on the node come from train/node/rank_status.py's finder, run as a script of its own: one finder of a run's
 processes.)
 """
 

@@ -9,7 +9,7 @@ IN.json for ``nodes``::
      "multi_node": true, "launcher": "pdsh", "min_free_bytes": 10000000000,
      "probes": {"head-1": <roles/deepspeed/files/probe.py output>, ...},
      "reports": {"head-1": <node_report.py output>, ...},
-     "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/rank_status.py processes (train.yml)
+     "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/node/rank_status.py processes (train.yml)
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null}
 
 IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5,
@@ -186,7 +186,7 @@ def check_nodes(data):
     """The whole node preflight. Returns (text for stdout, problems)."""
     hosts, head = data["hosts"], data["head"]
     reports = {host: merge(data["probes"][host], data["reports"][host]) for host in hosts}
-    for host in hosts:  # the runs still running there (train/rank_status.py processes), which busy() judges
+    for host in hosts:  # the runs still running there (train/node/rank_status.py processes), which busy() judges
         reports[host]["runs"] = (data.get("runs") or {}).get(host) or {}
     rows, problems = parity(reports, hosts, head)
     disk_problems, warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0))

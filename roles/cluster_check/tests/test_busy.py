@@ -1,4 +1,4 @@
-"""The preflight's "one run at a time" facts, with real sockets and processes: train/rank_status.py's finder of a
+"""The preflight's "one run at a time" facts, with real sockets and processes: train/node/rank_status.py's finder of a
 run's processes (which the preflight runs as a script), node_report.py's port_in_use, and preflight.py's refusal
 text."""
 

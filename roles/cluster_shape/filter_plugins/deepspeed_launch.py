@@ -1,4 +1,4 @@
-"""Jinja filter ``deepspeed_launch_argv``: the project's one launch-command builder (train/launch.py) for tasks.
+"""Jinja filter ``deepspeed_launch_argv``: the project's one launch-command builder (train/controller/launch.py) for tasks.
 
     argv: "{{ venv_dir ~ '/bin/deepspeed' | deepspeed_launch_argv(hostfile, cluster_shape, ['allreduce.py', ...]) }}"
 
@@ -15,18 +15,18 @@ _REPO = str(Path(__file__).resolve().parents[3])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from train.launch import deepspeed_argv, shell_line  # noqa: E402
+from train.controller.launch import deepspeed_argv, shell_line  # noqa: E402
 
 
 def deepspeed_launch_argv(deepspeed, hostfile, shape, entry, master_port, node_rank=None):
-    """argv (list of str) of ``deepspeed`` for ``shape`` (cluster_shape_values): see train.launch.deepspeed_argv."""
+    """argv (list of str) of ``deepspeed`` for ``shape`` (cluster_shape_values): see train.controller.launch.deepspeed_argv."""
     return deepspeed_argv(str(deepspeed), str(hostfile), str(shape["master_addr"]), master_port,
                           [str(e) for e in entry], include=str(shape.get("include") or ""),
                           single_node=bool(shape["single_node"]), node_rank=node_rank)
 
 
 def deepspeed_shell_line(argv, log):
-    """``exec <argv> > log 2>&1`` for ansible.builtin.shell: see train.launch.shell_line."""
+    """``exec <argv> > log 2>&1`` for ansible.builtin.shell: see train.controller.launch.shell_line."""
     return shell_line([str(a) for a in argv], str(log))
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from train.ansible_async import AsyncFollowAction  # noqa: E402
-from train.progress import format_duration, op_started, ops_planned  # noqa: E402
+from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
+from train.controller.progress import format_duration, op_started, ops_planned  # noqa: E402
 
 display = Display()
 

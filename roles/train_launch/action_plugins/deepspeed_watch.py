@@ -2,7 +2,7 @@
 
 Ansible prints a task's result only when the task ends, and a recursive ``include_tasks`` poll loop hits Python's
 recursion limit after a few hundred polls. This action polls ``ansible.builtin.async_status`` on the head node,
-reads the new bytes of the run's ``progress.jsonl`` (written by rank 0, see train/progress.py) and of its log, and
+reads the new bytes of the run's ``progress.jsonl`` (written by rank 0, see train/controller/progress.py) and of its log, and
 prints each new progress record as one line the moment it appears, with the step of the last checkpoint saved so
 far (the save events of the same file), and each event (a save, a warning) as a line of its own.
 
@@ -21,7 +21,7 @@ Options:
     collective until torch's process-group timeout (30 min on gloo, 10 on NCCL).
   liveness: the liveness check, or omitted/null for none: ``{"nodes": [{"host", "first", "count", "python",
     "code_dir", "local"}], "runs_dir", "run", "every_s", "failures", "timeout_s", "ssh_checked"}``
-    (train.rank_status.check_nodes' arguments; ``ssh_checked``: the preflight logged in from the head to every node,
+    (train.node.rank_status.check_nodes' arguments; ``ssh_checked``: the preflight logged in from the head to every node,
     so each is watched from the first check, else from its first answer). Every ``every_s`` seconds one command on the head asks every node at once, over the cluster's ssh
     mesh with ``timeout_s`` (ConnectTimeout, keep-alives), whether it answers and its ranks (their status files'
     pids) live; a node that fails ``failures`` checks in a row is taken for dead (a powered-off, paused or
@@ -50,10 +50,10 @@ from pathlib import Path
 from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from train.ansible_async import AsyncFollowAction  # noqa: E402
-from train.progress import (format_duration, format_event, format_record, is_event, last_checkpoint,  # noqa: E402
+from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
+from train.controller.progress import (format_duration, format_event, format_record, is_event, last_checkpoint,  # noqa: E402
                             parse_records)
-from train.rank_status import trouble  # noqa: E402
+from train.node.rank_status import trouble  # noqa: E402
 
 display = Display()
 
@@ -91,7 +91,7 @@ def failed_node(line: str) -> tuple[str, int] | None:
 
 
 class Liveness:
-    """Counts each node's failed liveness checks in a row (train.rank_status.check_nodes run on the head)."""
+    """Counts each node's failed liveness checks in a row (train.node.rank_status.check_nodes run on the head)."""
 
     def __init__(self, spec: dict, run_on_head):
         """spec: the ``liveness`` option; run_on_head(cmd) -> (rc, stdout, stderr) of a shell command there."""
@@ -112,7 +112,7 @@ class Liveness:
     def check(self) -> dict[str, dict]:
         """One check of every node; ``{host: status}`` (check_nodes'), {} when the check itself could not run."""
         spec = self.spec
-        argv = [self.head_python, "-m", "train.rank_status", "check", spec["runs_dir"], spec["run"],
+        argv = [self.head_python, "-m", "train.node.rank_status", "check", spec["runs_dir"], spec["run"],
                 json.dumps(spec["nodes"]), str(spec.get("timeout_s") or 5)]
         rc, out, err = self.run_on_head(f"cd {shlex.quote(self.code_dir)} && {shlex.join(argv)}")
         try:

@@ -1,6 +1,6 @@
-"""Jinja filters over train/rank_status.py for the playbook (roles/train_launch follow.yml, stop.yml).
+"""Jinja filters over train/node/rank_status.py for the playbook (roles/train_launch follow.yml, stop.yml).
 
-    "{{ records | dead_ranks }}"   records: what `python -m train.rank_status read` printed on each node, "node" added
+    "{{ records | dead_ranks }}"   records: what `python -m train.node.rank_status read` printed on each node, "node" added
     "{{ train_plan.hosts | node_ranks(train_plan.ranks) }}"   {host: [its global ranks]}
     "{{ train_plan | liveness_nodes(venv_dirs) }}"   the nodes argument of the follower's liveness check
 """
@@ -14,12 +14,12 @@ _REPO = str(Path(__file__).resolve().parents[3])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from train.rank_status import dead_ranks as _dead_ranks  # noqa: E402
-from train.rank_status import node_ranks as _node_ranks  # noqa: E402
+from train.node.rank_status import dead_ranks as _dead_ranks  # noqa: E402
+from train.node.rank_status import node_ranks as _node_ranks  # noqa: E402
 
 
 def dead_ranks(records):
-    """The dead ranks among ``records`` (list of dict), most likely cause first: see train.rank_status.dead_ranks.
+    """The dead ranks among ``records`` (list of dict), most likely cause first: see train.node.rank_status.dead_ranks.
 
     Returns a list of {node, rank, what}: ``what`` is "killed: no exit recorded, pid N" or the recorded end.
     """
@@ -33,12 +33,12 @@ def dead_ranks(records):
 
 def node_ranks(hosts, ranks):
     """{host: [global rank, ...]} for the plan's ``hosts`` (host order) and ``ranks`` ({host: count}): see
-    train.rank_status.node_ranks."""
+    train.node.rank_status.node_ranks."""
     return _node_ranks(list(hosts), dict(ranks))
 
 
 def liveness_nodes(plan, venv_dirs):
-    """The ``nodes`` of train.rank_status.check_nodes for a plan (dict with hosts, ranks, head, paths.code_dir):
+    """The ``nodes`` of train.node.rank_status.check_nodes for a plan (dict with hosts, ranks, head, paths.code_dir):
     ``[{"host", "first", "count", "python", "code_dir", "local"}]``, head first. ``venv_dirs``: {host: venv_dir}.
     Raises KeyError when a host of the plan has no venv_dir."""
     held = _node_ranks(list(plan["hosts"]), dict(plan["ranks"]))

@@ -1,4 +1,4 @@
-"""Jinja filter ``run_summary``: train/progress.py's summary_lines for the playbook (roles/train_launch collect.yml).
+"""Jinja filter ``run_summary``: train/controller/progress.py's summary_lines for the playbook (roles/train_launch collect.yml).
 
     "{{ train_plan.paths.out_dir | run_summary(train_plan.run_name, failed) }}"   the run's results on the controller
 """
@@ -12,12 +12,12 @@ _REPO = str(Path(__file__).resolve().parents[3])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from train.progress import summary_lines  # noqa: E402
+from train.controller.progress import summary_lines  # noqa: E402
 
 
 def run_summary(out_dir, run_name="", failed=False):
     """The end-of-run table of ``out_dir`` (a directory on the controller) as a list of aligned lines: see
-    train.progress.summary_lines (steps, loss first -> last, samples/s, checkpoints kept, where everything is)."""
+    train.controller.progress.summary_lines (steps, loss first -> last, samples/s, checkpoints kept, where everything is)."""
     return summary_lines(str(out_dir), str(run_name or ""), bool(failed))
 
 

@@ -1,4 +1,4 @@
-"""Plan a training run on the controller: one call into train/plan.py, one ``train_plan`` dict back.
+"""Plan a training run on the controller: one call into train/controller/plan.py, one ``train_plan`` dict back.
 
     - name: Plan the run
       train_plan:
@@ -13,9 +13,9 @@
 The job overrides are read here from the playbook's extra variables (``-e``) only -- never from the merged
 variables, so an inventory variable that happens to be named like a job key (``seed:``, ``max_steps:``) does not
 change the job -- plus the one documented inventory dict ``train_defaults``. A user mistake fails the task with the
-one-line message of train.plan.PlanError / train.job.JobError. Nothing is written; check mode runs the same.
+one-line message of train.controller.plan.PlanError / train.common.job.JobError. Nothing is written; check mode runs the same.
 
-Returns ``train_plan`` (also as the fact ``train_plan``): see train.plan.build.
+Returns ``train_plan`` (also as the fact ``train_plan``): see train.controller.plan.build.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ _REPO = Path(__file__).resolve().parents[3]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from train import plan as planmod  # noqa: E402
-from train.job import JobError  # noqa: E402
+from train.controller import plan as planmod  # noqa: E402
+from train.common.job import JobError  # noqa: E402
 
 _ARGSPEC = {
     "shape": {"type": "dict", "required": True},

@@ -1,8 +1,8 @@
 """Follow the data preparation that prepare.yml started with ``async`` and relay its progress lines as they come.
 
-train/prepare_data.py appends every line it prints to its ``--progress-file`` (what it reads, the tokenizer it
+train/data/prepare_data.py appends every line it prints to its ``--progress-file`` (what it reads, the tokenizer it
 trains, how far tokenizing and grouping are, each with the seconds since it started); this action polls
-``ansible.builtin.async_status`` on the head (train/ansible_async.py's AsyncFollowAction, as deepspeed_watch and
+``ansible.builtin.async_status`` on the head (train/controller/ansible_async.py's AsyncFollowAction, as deepspeed_watch and
 deepspeed_build_watch do) and prints each new line at once, and a "still preparing" line after a minute without
 one. No ``until:`` loop, so nothing prints "FAILED - RETRYING" while the preparation is fine.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from train.ansible_async import AsyncFollowAction  # noqa: E402
-from train.progress import format_duration  # noqa: E402
+from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
+from train.controller.progress import format_duration  # noqa: E402
 
 display = Display()
 

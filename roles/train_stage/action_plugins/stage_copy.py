@@ -5,7 +5,7 @@ The copy itself is exactly ansible.posix.synchronize's (this class is its action
 command: ``verify_host: true`` keeps host-key checking on), with two additions: rsync logs each file it sends to
 ``log_file`` on the machine rsync runs on (``--log-file``, ``%i|%l|%n``: itemized change, length, name; rsync
 writes the line when the file is done), and the module is started with ``async`` and followed by
-train/ansible_async.py's AsyncFollowAction (as deepspeed_watch and prepare_data_watch do): every poll that saw
+train/controller/ansible_async.py's AsyncFollowAction (as deepspeed_watch and prepare_data_watch do): every poll that saw
 files done prints the last one and the running totals (files, MB of the total, elapsed), a line a minute while a
 big file is under way, and a last line with what was copied. No ``until:`` loop, so nothing prints "FAILED - RETRYING" while a copy is fine.
 
@@ -28,8 +28,8 @@ from ansible.utils.display import Display
 from ansible_collections.ansible.posix.plugins.action.synchronize import ActionModule as SynchronizeAction
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from train.ansible_async import AsyncFollowAction  # noqa: E402
-from train.progress import format_duration  # noqa: E402
+from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
+from train.controller.progress import format_duration  # noqa: E402
 
 display = Display()
 

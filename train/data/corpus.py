@@ -1,4 +1,4 @@
-"""Raw-text sources for train/prepare_data.py: what a job's ``dataset_path`` names, read as documents.
+"""Raw-text sources for train/data/prepare_data.py: what a job's ``dataset_path`` names, read as documents.
 
 Kinds of source, chosen by what ``dataset_path`` is:
 
@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train.artifact import RACY_NS, sha256_file, write_stamp
+from train.data.artifact import RACY_NS, sha256_file, write_stamp
 
 MAX_DOC_CHARS = 20_000  # a "paragraph" longer than this (e.g. a file without blank lines) is cut here
 _HASH_CHUNK = 1 << 20

@@ -299,7 +299,7 @@ def supervise(cmd: list[str], output_dir, hosts: list[str], world_size: int, zer
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m train.checkpoints", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m train.node.checkpoints", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("supervise", "gather"):
         s = sub.add_parser(name)

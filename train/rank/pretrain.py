@@ -4,18 +4,18 @@
 The shape of transformers' examples/pytorch/language-modeling/run_mlm.py (argument dataclasses parsed with
 HfArgumentParser together with TrainingArguments; the Trainer does the loop), minus what staging makes unnecessary:
 no downloading and no tokenizing at start-up -- every rank loads ARTIFACT/tokenizer and ARTIFACT/dataset
-(train/prepare_data.py) from node-local disk.
+(train/data/prepare_data.py) from node-local disk.
 
-Launched on every node by DeepSpeed, from the directory that contains train/:
+Launched on every node by DeepSpeed, as a module, from the directory that contains train/:
 
-    deepspeed --hostfile H --no_ssh_check --master_addr A --master_port P train/pretrain.py \\
+    deepspeed --hostfile H --no_ssh_check --master_addr A --master_port P --module train.rank.pretrain \\
         --task mlm --model_type bert --config_overrides '{"hidden_size": 128, ...}' --dataset_dir ARTIFACT \\
         --output_dir OUT --deepspeed ds_config.json --per_device_train_batch_size 16 --max_steps 100 ...
 
 Rank 0 writes OUT/progress.jsonl (as it goes), OUT/metrics.json, OUT/loss_curve.png and OUT/model/ (model +
 tokenizer, loadable with from_pretrained). Every rank prints ``[rank R/W] host=<hostname> local_rank=<L>`` first.
 
-The rank runtime (train/runtime.py) does the rest, as for a user's script: bootstrap (thread count, offline hub,
+The rank runtime (train.rank.bootstrap, .patches, .metrics, .hooks) does the rest, as for a user's script: bootstrap (thread count, offline hub,
 the rank line), the two CPU fixes (accelerate's process-group backend under DeepSpeed on CPU, the Trainer's loss
 scaling for models that ignore ``num_items_in_batch``), progress.jsonl, metrics.json and the loss curve. Importing
 this module changes nothing; running it bootstraps the rank before torch is imported.
@@ -33,16 +33,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file (the deepspeed launcher does): import train.* from the repository
-    # root, and drop train/ itself from the path so its modules (job, progress, ...) can't shadow other packages
-    _here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
-    sys.path.insert(0, str(_here.parent))
-
-from train import runtime  # noqa: E402  (standard library only: importing it changes nothing)
+from train.rank import bootstrap  # noqa: E402  (standard library only: importing it changes nothing)
 
 if __name__ == "__main__":
-    runtime.bootstrap()  # before torch is imported: thread count, HF_HUB_OFFLINE, "[rank R/W] host=..."
+    bootstrap.bootstrap()  # before torch is imported: thread count, HF_HUB_OFFLINE, "[rank R/W] host=..."
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -59,12 +53,12 @@ from transformers import (  # noqa: E402
 )
 from transformers.integrations import is_deepspeed_zero3_enabled  # noqa: E402
 
-from train import mlm_head  # noqa: E402  (torch only: a collator and a forward; importing it changes nothing)
+from train.rank import hooks, metrics, mlm_head, patches  # noqa: E402  (importing them changes nothing)
 
 #: start-up phases of this rank (Unix times, s), written to perf.json's "startup" by PerfCallback
-STARTUP = {"process_start": runtime.process_start_unix_s(), "imports_done": time.time()}
+STARTUP = {"process_start": bootstrap.process_start_unix_s(), "imports_done": time.time()}
 
-logger = transformers.logging.get_logger("train.pretrain")
+logger = transformers.logging.get_logger("train.rank.pretrain")
 RECORDED_BATCHES = 3  # per rank: sha256 of the first few batches, to show the ranks see different data
 ROBERTA_LIKE = {"roberta", "xlm-roberta", "camembert", "longformer"}  # positions start after padding_idx
 
@@ -95,14 +89,14 @@ class ModelArguments:
                                          "block class compiled once, e.g. BertLayer; a shorter cold start)"}
     )
     mlm_head: str = field(
-        default="full", metadata={"help": "masked: the LM head only at masked positions (train/mlm_head.py)",
+        default="full", metadata={"help": "masked: the LM head only at masked positions (train/rank/mlm_head.py)",
                                   "choices": ["full", "masked"]}
     )
 
 
 @dataclass
 class DataArguments:
-    """Where the prepared data artifact is (train/prepare_data.py) and the masking rate."""
+    """Where the prepared data artifact is (train/data/prepare_data.py) and the masking rate."""
 
     dataset_dir: str = field(metadata={"help": "prepared artifact directory (tokenizer/, dataset/, prepare.json)"})
     mlm_probability: float = field(default=0.15, metadata={"help": "share of tokens masked (task mlm)"})
@@ -188,24 +182,24 @@ def parse_arguments(argv: list[str] | None = None):
     """Parse the command line into (ModelArguments, DataArguments, TrainingArguments).
 
     HfArgumentParser over the three dataclasses, with the rank runtime's CPU fix applied between parsing and
-    building TrainingArguments (whose __post_init__ sets up devices): runtime.bootstrap with the --deepspeed value
+    building TrainingArguments (whose __post_init__ sets up devices): bootstrap.bootstrap with the --deepspeed value
     (a single process becomes rank 0 of 1), --fit_micro_batch_to_memory, non-blocking batch copies on CUDA (pinned
-    batches, no --accelerator_config given), then runtime.init_cpu_deepspeed_distributed. Unknown arguments are an
+    batches, no --accelerator_config given), then patches.init_cpu_deepspeed_distributed. Unknown arguments are an
     error (argparse exits 2), as with parse_args_into_dataclasses.
     """
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     namespace = parser.parse_args(argv)
     values = vars(namespace)
-    runtime.bootstrap(values.get("deepspeed"))
-    from train.callbacks import usable_report_to  # TensorBoard left out, with a warning, where it can't be imported
+    bootstrap.bootstrap(values.get("deepspeed"))
+    from train.rank.callbacks import usable_report_to  # TensorBoard left out, with a warning, where it can't be imported
 
-    values["report_to"] = usable_report_to(values.get("report_to"), runtime.rank_info().rank)
+    values["report_to"] = usable_report_to(values.get("report_to"), bootstrap.rank_info().rank)
     _fit_to_gpu(values)
     if torch.cuda.is_available() and values.get("accelerator_config") is None and values.get("dataloader_pin_memory"):
         # batches go to the GPU from pinned memory without a sync each (a blocking copy waits for the GPU's queue)
         values["accelerator_config"] = {"non_blocking": True}
-    if runtime.init_cpu_deepspeed_distributed(values.get("deepspeed"), values.get("ddp_timeout") or 1800):
-        values["accelerator_config"] = runtime.configured_state(values.get("accelerator_config"))
+    if patches.init_cpu_deepspeed_distributed(values.get("deepspeed"), values.get("ddp_timeout") or 1800):
+        values["accelerator_config"] = patches.configured_state(values.get("accelerator_config"))
     out = []
     for dtype in parser.dataclass_types:
         keys = {f.name for f in dataclasses.fields(dtype) if f.init}
@@ -246,7 +240,7 @@ class PerfCallback(transformers.TrainerCallback):
     ``max(1, max_steps // 4)`` and the last step (the GPU synchronised at both ends, nowhere else), peak GPU memory
     (torch.cuda.max_memory_allocated / max_memory_reserved, bytes), the GPU's name, the gradient clipping the
     DeepSpeed engine applies itself (``engine``: a callable giving it; 0 where the optimizer's step clips, see
-    runtime.clip_without_host_sync), and ``startup``: the Unix times
+    patches.clip_without_host_sync), and ``startup``: the Unix times
     of this rank's start-up phases (``startup`` given: process_start, imports_done, arguments_parsed, data_loaded,
     model_built, trainer_built; then train_begin -- after DeepSpeed's initialisation -- and first_step_end).
 
@@ -360,7 +354,7 @@ class PerfCallback(transformers.TrainerCallback):
 
 # ----------------------------------------------------------------------------------------------------------- setup
 def load_artifact(data_args: DataArguments, task: str):
-    """Load ARTIFACT/tokenizer and ARTIFACT/dataset (train/prepare_data.py's) from node-local disk.
+    """Load ARTIFACT/tokenizer and ARTIFACT/dataset (train/data/prepare_data.py's) from node-local disk.
 
     Returns:
         (tokenizer, datasets.Dataset of blocks, prepare.json dict or {} when absent).
@@ -374,7 +368,7 @@ def load_artifact(data_args: DataArguments, task: str):
     root = Path(data_args.dataset_dir)
     for part in ("tokenizer", "dataset"):
         if not (root / part).is_dir():
-            raise UsageError(f"{root / part} not found; run `python -m train.prepare_data --job JOB.json "
+            raise UsageError(f"{root / part} not found; run `python -m train.data.prepare_data --job JOB.json "
                              f"--out {root}` (and stage it to this node) before training")
     meta = {}
     if (root / "prepare.json").is_file():
@@ -481,12 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     # built on the rank's GPU (not under ZeRO-3: zero.Init partitions the parameters as they are made)
     on_gpu = training_args.device.type == "cuda" and not is_deepspeed_zero3_enabled()
     model, config = build_model(model_args, tokenizer, block_length, training_args.device if on_gpu else None)
-    uses_num_items = runtime.fix_loss_kwargs_flag(model, len(tokenizer))
+    uses_num_items = patches.fix_loss_kwargs_flag(model, len(tokenizer))
     STARTUP["model_built"] = time.time()
 
     world = training_args.world_size
     global_batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world
-    n_params = runtime.count_parameters(model)
+    n_params = metrics.count_parameters(model)
     requested = meta.get("vocab_size_requested")
     if training_args.process_index == 0:
         print(f"[pretrain] {config.model_type} {model_args.task}: {n_params / 1e6:.2f}M parameters, vocabulary "
@@ -513,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         task=model_args.task,
     )
     STARTUP["trainer_built"] = time.time()
-    _progress, metrics_cb = runtime.attach(
+    _progress, metrics_cb = hooks.attach(
         trainer,
         extra={"task": model_args.task, "block_length": block_length, "dataset_blocks": len(dataset),
                "vocab_size_requested": requested, "model_uses_num_items_in_batch": uses_num_items,
@@ -524,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                                       samples_seen=lambda: trainer.samples_seen, world_size=world,
                                       startup=STARTUP, engine=lambda: trainer.model_wrapped))
     # -e resume=<run>: train.yml staged the run's newest complete checkpoint and passes it here
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (runtime's MetricsCallback)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (train.rank.callbacks.MetricsCallback)
     out = Path(training_args.output_dir)
     trainer.save_model(str(out / "model"))  # every rank (ZeRO-3 gathers); rank 0 writes model + tokenizer
     if training_args.process_index == 0:
@@ -543,5 +537,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except UsageError as e:
-        print(f"error: [rank {runtime.rank_info().rank}] {e}", file=sys.stderr, flush=True)
+        print(f"error: [rank {bootstrap.rank_info().rank}] {e}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -1,6 +1,6 @@
-"""Render the DeepSpeed config of a job from templates/deepspeed/zero<stage>.json (stdlib only + train.job).
+"""Render the DeepSpeed config of a job from templates/deepspeed/zero<stage>.json (stdlib only + train.common.job).
 
-    python -m train.dsconfig render --job JOB.json --world-size N --templates templates/deepspeed --out DS.json
+    python -m train.controller.dsconfig render --job JOB.json --world-size N --templates templates/deepspeed --out DS.json
 
 The templates are short ZeRO-stage presets with "auto" wherever the HF Trainer fills the value from its
 TrainingArguments (transformers.integrations.deepspeed.HfTrainerDeepSpeedConfig.trainer_config_process and
@@ -26,7 +26,7 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
 - timers: "timers": {"throughput": {"enabled": false}} unless the template sets "timers": DeepSpeed's throughput
   timer synchronises the GPU at every micro batch's forward and at every step, only for a log line (the run's own
   progress reports samples/s; docs/benchmarks/gpu-2026-12-01c.md).
-A bad job, template or world size raises train.job.JobError; the CLI prints it as one line and exits 2.
+A bad job, template or world size raises train.common.job.JobError; the CLI prints it as one line and exits 2.
 """
 
 import argparse
@@ -35,7 +35,8 @@ import json
 import sys
 from pathlib import Path
 
-from .job import JobError, check_precision, load_job, write_json_atomic
+from train.common.job import JobError, check_precision, load_job
+from train.common.jsonio import write_json_atomic
 
 AUTO = "auto"
 
@@ -217,7 +218,7 @@ def _scheduler(config, job, where):
 
     Chosen: job warmup_steps == 0 -> drop the "scheduler" block. The Trainer then builds its own scheduler around
     DeepSpeed's optimizer (supported by transformers' deepspeed_optim_sched: "HF scheduler + DS optimizer"): the
-    `--lr_scheduler_type linear --warmup_steps 0` that train.job argv passes, i.e. full learning rate at step 0 and
+    `--lr_scheduler_type linear --warmup_steps 0` that train.controller.resolve argv passes, i.e. full learning rate at step 0 and
     linear decay to 0 at max_steps, exactly what the job asks for, with any transformers version.
     warmup_steps >= 1 -> keep WarmupDecayLR (linear warm-up, then linear decay: the DeepSpeed twin of the
     Trainer's "linear"), its params "auto"; concrete params must be positive and match the job.
@@ -312,15 +313,15 @@ def describe(config, world_size):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        self.exit(2, f"error: {message} (command line); see `python -m train.dsconfig --help`\n")
+        self.exit(2, f"error: {message} (command line); see `python -m train.controller.dsconfig --help`\n")
 
 
 def main(args=None):
     """CLI entry point; returns the exit status (0 ok, 2 user mistake with one line on stderr)."""
-    parser = _Parser(prog="python -m train.dsconfig", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m train.controller.dsconfig", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     ren = sub.add_parser("render", help="write the job's DeepSpeed config atomically")
-    ren.add_argument("--job", required=True, help="job JSON written by `python -m train.job resolve`")
+    ren.add_argument("--job", required=True, help="job JSON written by `python -m train.controller.resolve resolve`")
     ren.add_argument("--world-size", required=True, type=int, help="total ranks (sum of the inventory's slots)")
     ren.add_argument("--templates", required=True, help="dir with zero0.json .. zero3.json")
     ren.add_argument("--out", required=True, help="DeepSpeed config JSON to write")

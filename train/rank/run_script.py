@@ -1,23 +1,23 @@
 #!/usr/bin/env python
 """Run a user's own HF Trainer script (e.g. transformers' run_mlm.py) on every rank, unchanged, with the project's
-rank runtime around it (train/runtime.py: the same bootstrap, CPU fixes, progress and metrics as train/pretrain.py).
+rank runtime around it (train.rank.bootstrap and train.rank.hooks: the same bootstrap, CPU fixes, progress and metrics as train/rank/pretrain.py).
 
-    deepspeed --hostfile H ... train/run_script.py scripts/run_mlm.py --train_file ... --deepspeed ds_config.json ...
+    deepspeed --hostfile H ... --module train.rank.run_script scripts/run_mlm.py --train_file ... --deepspeed ds_config.json ...
 
 Before the script runs (``runpy.run_path(script, run_name="__main__")`` with ``sys.argv = [script, *args]``, exactly
-as ``python script args`` would), ``runtime.install_hooks`` wraps transformers' own classes -- the script is not
+as ``python script args`` would), ``hooks.install_hooks`` wraps transformers' own classes -- the script is not
 edited:
 
 * ``TrainingArguments.__post_init__``: on a CPU node under DeepSpeed, give accelerate the process-group backend
-  first (runtime.init_cpu_deepspeed_distributed), or the Trainer believes world size is 1;
+  first (patches.init_cpu_deepspeed_distributed), or the Trainer believes world size is 1;
 * ``Trainer.__init__``: tell the Trainer whether the model really uses ``num_items_in_batch``
-  (runtime.fix_loss_kwargs_flag; otherwise BERT's loss is reported world-size times too big), then attach the
+  (patches.fix_loss_kwargs_flag; otherwise BERT's loss is reported world-size times too big), then attach the
   ProgressCallback (``<output_dir>/progress.jsonl``, which train.yml prints as the job runs) and the
   MetricsCallback (``metrics.json`` and ``loss_curve.png`` when training ends; rewritten with the eval metrics
   after a ``trainer.evaluate()`` that follows).
 
 metrics.json's run_name comes from ``DSC_RUN_NAME``, else the job file (``DSC_JOB_FILE``, or job.json beside the
-output directory), else ``--run_name`` (see train/runtime.py). A script that builds no Trainer still runs; it just
+output directory), else ``--run_name`` (see train.rank.metrics). A script that builds no Trainer still runs; it just
 writes no progress.jsonl (train.yml then streams its log). Importing this module changes nothing.
 """
 
@@ -27,12 +27,7 @@ import runpy
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file by the launcher: import train.* from the directory above train/
-    _here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
-    sys.path.insert(0, str(_here.parent))
-
-from train import runtime  # noqa: E402  (standard library only: importing it changes nothing)
+from train.rank import bootstrap  # standard library only: importing it changes nothing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         0 when the script returned; 2 (one ``error:`` line on stderr) when SCRIPT is not a file. The script's own
         SystemExit and exceptions propagate.
     """
-    info = runtime.bootstrap()
+    info = bootstrap.bootstrap()
     argv = sys.argv[1:] if argv is None else argv
     launcher_args = [a for a in argv[:1] if a.startswith("--local_rank")]
     argv = argv[len(launcher_args):]
@@ -55,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{argv[0] if argv else '(none)'} not found on {info.host}", file=sys.stderr)
         return 2
     script = str(Path(argv[0]).resolve())
-    runtime.install_hooks(script)
+    from train.rank import hooks  # after bootstrap: it imports transformers (and torch)
+
+    hooks.install_hooks(script)
     sys.argv = [script, *launcher_args, *argv[1:]]
     sys.path.insert(0, str(Path(script).parent))
     runpy.run_path(script, run_name="__main__")

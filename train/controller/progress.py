@@ -1,12 +1,12 @@
 """Turn the rank-0 progress stream (``progress.jsonl``) into one-line progress reports.
 
-``train/pretrain.py`` appends one JSON object per logging step to ``<output_dir>/progress.jsonl``::
+``train/rank/pretrain.py`` appends one JSON object per logging step to ``<output_dir>/progress.jsonl``::
 
     {"step": 40, "max_steps": 200, "loss": 6.12, "learning_rate": 0.0009, "grad_norm": 1.7,
      "samples_per_second": 35.1, "elapsed_s": 61.8, "eta_s": 247.0, "epoch": 0.4}
 
 and an event line after each checkpoint save (``{"event": "save", "step": 100, "checkpoint": "checkpoint-100",
-"elapsed_s": 150.2}``) or for a warning (``{"event": "warning", "message": "..."}``; train/callbacks.py).
+"elapsed_s": 150.2}``) or for a warning (``{"event": "warning", "message": "..."}``; train/rank/callbacks.py).
 
 The playbook's ``deepspeed_watch`` action (roles/train_launch/action_plugins/) reads the new bytes of that file while the
 job runs and prints each record with :func:`format_record` (with the last checkpoint's step, :func:`last_checkpoint`)
@@ -127,10 +127,10 @@ def parse_records(text: str) -> tuple[list[dict], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m train.progress FILE``: print every record of a progress file, one line each."""
+    """``python -m train.controller.progress FILE``: print every record of a progress file, one line each."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m train.progress <output_dir>/progress.jsonl", file=sys.stderr)
+        print("usage: python -m train.controller.progress <output_dir>/progress.jsonl", file=sys.stderr)
         return 2
     try:
         with open(args[0], encoding="utf-8") as fh:

@@ -1,13 +1,13 @@
 """The GPU benchmark's two helpers (`make bench`, molecule/gpu/bench.sh; standard library only).
 
-    python -m train.bench pad-tokenizer SRC_DIR DST_DIR --size 30522
-    python -m train.bench report --runs RUNS.json --out docs/benchmarks [--commit C] [--stem NAME] [--note TEXT]...
+    python -m train.tools.bench pad-tokenizer SRC_DIR DST_DIR --size 30522
+    python -m train.tools.bench report --runs RUNS.json --out docs/benchmarks [--commit C] [--stem NAME] [--note TEXT]...
 
 pad-tokenizer: a copy of a saved tokenizer whose vocabulary is padded to ``--size`` entries with tokens the text
 never produces (``[unused<i>]``), so the model has a full-size embedding and LM head (BERT-base's 30,522 /
 GPT-2's 50,257) while prepare_data's tokenizer, trained on the small built-in corpus, reaches ~5.6 k.
 
-report: reads each run's job.json, metrics.json, perf.json (train/pretrain.py's PerfCallback), train.log and the
+report: reads each run's job.json, metrics.json, perf.json (train/rank/pretrain.py's PerfCallback), train.log and the
 playbook start time from RUNS.json (a list of {"label", "run_name", "command", "playbook_start_unix_s",
 "playbook_end_unix_s", "run_dirs": [dirs to look in], optionally "series": a name}), and writes
 OUT/gpu-<date>.json and OUT/gpu-<date>.md.
@@ -125,7 +125,7 @@ def prelaunch_tasks(log_text: str, top: int = 8) -> dict | None:
     return {"prelaunch_s": round(starts[launch][1], 2), "tasks": launch, "slowest": [list(d) for d in slowest]}
 
 
-def import_profile(text: str, root: str = "train.pretrain", top: int = 12) -> dict | None:
+def import_profile(text: str, root: str = "train.rank.pretrain", top: int = 12) -> dict | None:
     """Where importing ``root`` spends its time, from a ``python -X importtime -c 'import ROOT'`` log (stderr):
     {"total_s": ROOT's cumulative time, "top": [[module, cumulative seconds], ...] the ``top`` largest of the
     modules ROOT imports directly (each with everything it pulled in first)}, or None when ROOT is not in the log.
@@ -336,7 +336,7 @@ def markdown(report: dict) -> str:
         lines.append("")
     if report.get("imports"):
         imp = report["imports"]
-        lines += [f"Rank imports (`python -X importtime -c 'import train.pretrain'` in the node venv on the GPU "
+        lines += [f"Rank imports (`python -X importtime -c 'import train.rank.pretrain'` in the node venv on the GPU "
                   f"machine): {imp['total_s']:.1f} s, largest top-level: "
                   + ", ".join(f"{name} {sec:.2f}" for name, sec in imp["top"]), ""]
     profiled = [r for r in report["runs"] if r.get("profile_window")]
@@ -407,7 +407,7 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
 
 def main(argv: list[str] | None = None) -> int:
     """CLI (see the module docstring); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m train.bench")
+    parser = argparse.ArgumentParser(prog="python -m train.tools.bench")
     sub = parser.add_subparsers(dest="command", required=True)
     pad = sub.add_parser("pad-tokenizer")
     pad.add_argument("src")

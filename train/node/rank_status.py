@@ -57,7 +57,7 @@ def record_start(rank: int, world_size: int, local_rank: int, host: str, job_fil
     """Write this rank's status file and arrange for its end to be recorded.
 
     Args:
-        rank, world_size, local_rank: this process's place in the job (train.runtime.RankInfo).
+        rank, world_size, local_rank: this process's place in the job (train.rank.bootstrap.RankInfo).
         host: the node's hostname.
         job_file: path of the run's job.json on this node; default ``$DSC_JOB_FILE``. None/unset: nothing is written
             (a plain ``python pretrain.py`` outside the playbooks).
@@ -262,7 +262,7 @@ def check_nodes(nodes: list[dict], runs_dir: str, run: str, timeout_s: float = 5
                          "ranks": read_node(Path(runs_dir) / run / "ranks", node["first"], node["count"])}
             continue
         remote = " ".join(["cd", shlex.quote(node["code_dir"]), "&&", shlex.quote(node["python"]), "-m",
-                           "train.rank_status", "read", shlex.quote(runs_dir), shlex.quote(run),
+                           "train.node.rank_status", "read", shlex.quote(runs_dir), shlex.quote(run),
                            str(int(node["first"])), str(int(node["count"]))])
         argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={t}", "-o", f"ServerAliveInterval={t}",
                 "-o", "ServerAliveCountMax=1", *ssh_options, host, remote]

@@ -4,13 +4,13 @@ PyYAML and train.* only: the Ansible controller's Python imports it through the 
     plan = build(model="bert", overrides={"model_size": "tiny"}, accelerator="cpu", shape=..., node=..., ...)
 
 From the preset, the inventory's ``train_defaults`` and the ``-e`` overrides (or a user script's own
-TrainingArguments) it resolves one validated job (train.job), renders ds_config.json for the cluster's world size
-(train.dsconfig), builds the entry's arguments and the launch command of every node that starts ranks
-(train.launch), and lays out the run's paths. It writes nothing: the job and the DeepSpeed config come back as the
+TrainingArguments) it resolves one validated job (train.common.job), renders ds_config.json for the cluster's world size
+(train.controller.dsconfig), builds the entry's arguments and the launch command of every node that starts ranks
+(train.controller.launch), and lays out the run's paths. It writes nothing: the job and the DeepSpeed config come back as the
 exact text of job.json and ds_config.json, which the stage role copies to the nodes and the launch role keeps in
 ``outputs/<run>/`` once the run has started (a run that never launched leaves nothing there).
 
-A user mistake raises PlanError (a train.job.JobError): one line ``<what> (<where>); <how to fix>``.
+A user mistake raises PlanError (a train.common.job.JobError): one line ``<what> (<where>); <how to fix>``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,16 @@ import os
 import re
 from pathlib import Path
 
-from . import checkpoints, dsconfig, job as jobmod, launch, script_args
+from train.common import job as jobmod
+from train.controller import resolve as resolvemod
+from train.controller import dsconfig, launch, script_args
+from train.node import checkpoints
 
 LAUNCHERS = ("pdsh", "ansible")
-PRESET_ENTRY = ["train/pretrain.py"]
-RUN_SCRIPT = "train/run_script.py"
+# What follows the launcher's options: this project's rank entries run as modules (`python -m`) from the code
+# directory, where train/ is staged, so they import train.* as a package.
+PRESET_ENTRY = ["--module", "train.rank.pretrain"]
+RUN_SCRIPT = ["--module", "train.rank.run_script"]
 # Job keys a user script starts from (script mode): what the CPU and GPU paths ran before the presets' GPU defaults.
 # Job keys -e may change when a run is resumed (-e resume=): how long it goes on and how it logs and saves. Any other
 # key differing from the run's job.json is refused (another model, data or batch is another run).
@@ -47,12 +52,12 @@ def job_overrides(extra_vars: dict, train_defaults=None) -> dict:
         train_defaults: the inventory's ``train_defaults`` mapping (job key -> value), or None.
 
     Returns:
-        {job key: value} for every key of ``train.job.override_keys()`` found there, ``-e`` winning.
+        {job key: value} for every key of ``train.common.job.override_keys()`` found there, ``-e`` winning.
 
     Raises:
         PlanError: train_defaults is not a mapping, or names a key that is not a job key.
     """
-    keys = jobmod.override_keys()
+    keys = resolvemod.override_keys()
     out = {}
     if train_defaults not in (None, ""):
         if not isinstance(train_defaults, dict):
@@ -88,7 +93,7 @@ def parse_script(script: str):
 def uses_hf_trainer(tree) -> bool:
     """Whether a parsed script (parse_script) builds an HF Trainer: any name or attribute ending in ``Trainer``
     (Trainer, Seq2SeqTrainer, trl's SFTTrainer, ...). Such a script gets the ds_config with "auto" values the Trainer
-    fills; any other (a plain ``deepspeed.initialize`` loop) gets them filled in here (train.dsconfig.concrete)."""
+    fills; any other (a plain ``deepspeed.initialize`` loop) gets them filled in here (train.controller.dsconfig.concrete)."""
     import ast
 
     for node in ast.walk(tree):
@@ -133,7 +138,7 @@ def resume_source(output_root: str, resume: str) -> dict:
 
     Returns:
         {"run": name, "out_dir": path, "job": its job.json (dict), "checkpoint": controller path of the
-        checkpoint, "step": int, "world_size": int (from the checkpoint's marker, train.checkpoints.MARKER)}.
+        checkpoint, "step": int, "world_size": int (from the checkpoint's marker, train.node.checkpoints.MARKER)}.
 
     Raises:
         PlanError: no such run, no job.json, or no complete checkpoint (the message says what was found instead).
@@ -173,7 +178,7 @@ def _resume_overrides(source: dict, overrides: dict, script: str | None) -> dict
     if (script is None) != ("model" in old):
         raise PlanError(f"run {source['run']} was {'a preset run' if 'model' in old else 'a script run'}", where,
                         "resume it the way it was launched (with or without -e script=)")
-    keys = jobmod.override_keys()
+    keys = resolvemod.override_keys()
     out = {k: v for k, v in old.items() if k in keys}
     for key, value in overrides.items():
         if key == "model":
@@ -208,7 +213,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         templates_dir: templates/deepspeed (zero0.json .. zero3.json).
         launcher: pdsh or ansible.
         master_port: the rendezvous port on the head.
-        script: a user's training script on the controller (script mode), or None for train/pretrain.py.
+        script: a user's training script on the controller (script mode), or None for train.rank.pretrain.
         script_args_value: the script's arguments (list, or one shell-quoted string).
         script_data: a file or directory on the head staged to every node as ``{data}``.
         resume: ``-e resume=``: a run name or ``latest`` (resume_source); the run goes on from its newest complete
@@ -216,7 +221,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         now: aware datetime for default run names (tests).
 
     Returns:
-        dict with run_name, mode (preset|script), job (in script mode only train.job.SCRIPT_KEYS: what applies to
+        dict with run_name, mode (preset|script), job (in script mode only train.common.job.SCRIPT_KEYS: what applies to
         the script), ds_config, ds_config_source ("rendered", or the user's ``--deepspeed`` file, whose exact text
         is then the run's ds_config.json), files {job.json, ds_config.json, launch.json: text; launch.json records
         exactly what is started: entry, argv -- a script's own arguments plus what the project added --, hosts,
@@ -227,7 +232,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         logs {node: log path of those nodes}, summary (lines to show).
 
     Raises:
-        PlanError / train.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
+        PlanError / train.common.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
         job value, a ds_config that does not fit, an existing output directory).
     """
     if launcher not in LAUNCHERS:
@@ -277,7 +282,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
                         "add -e script=<your training script>, or use -e dataset_path= for the built-in trainer")
 
     world = int(shape["world_size"])
-    job = jobmod.resolve(model, overrides, now=now, world_size=world)
+    job = resolvemod.resolve(model, overrides, now=now, world_size=world)
     ds_config = dsconfig.render(job, world, templates_dir)
     ds_text, ds_source = None, "rendered"
     if script is not None:
@@ -286,8 +291,8 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
             ds_source, ds_text, ds_config = user_ds
         elif concrete:
             ds_config = dsconfig.concrete(ds_config, job, world)
-        # record only what applies to the script (train.job.SCRIPT_KEYS), not the preset's model and data keys
-        recorded = jobmod.for_script(job, max_steps_applies="max_steps" in from_script or concrete)
+        # record only what applies to the script (train.common.job.SCRIPT_KEYS), not the preset's model and data keys
+        recorded = resolvemod.for_script(job, max_steps_applies="max_steps" in from_script or concrete)
 
     data_key = job["data_key"]
     if script is not None:
@@ -311,10 +316,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
 
     if script is None:
         entry = list(PRESET_ENTRY)
-        argv = jobmod.argv(job, artifact_dir, default_output, ds_path)
+        argv = resolvemod.argv(job, artifact_dir, default_output, ds_path)
         output = default_output
     else:
-        entry = [RUN_SCRIPT, f"scripts/{Path(script).name}"]
+        entry = [*RUN_SCRIPT, f"scripts/{Path(script).name}"]
         try:
             given = script_args.with_deepspeed(user_args, ds_path) if user_ds is not None else user_args
             argv = script_args.complete(given, default_output, ds_path, script_data_dir or None)
@@ -343,9 +348,9 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     stage = (ds_config.get("zero_optimization") or {}).get("stage") if isinstance(ds_config, dict) else None
     stage = stage if isinstance(stage, int) else None
     if len(nodes) > 1:
-        # the head's launcher runs under train/checkpoints.py, which gathers every node's part of each checkpoint
+        # the head's launcher runs under train/node/checkpoints.py, which gathers every node's part of each checkpoint
         # onto the head while the run goes on (output_dir is node-local)
-        commands[head] = [f"{node['venv_dir']}/bin/python", "-m", "train.checkpoints", "supervise", "--output", output,
+        commands[head] = [f"{node['venv_dir']}/bin/python", "-m", "train.node.checkpoints", "supervise", "--output", output,
                           "--world-size", str(world), *(["--zero-stage", str(stage)] if stage is not None else []),
                           "--hosts", ",".join(nodes[1:]), "--", *commands[head]]
     ranks = {n: int(shape["ranks"][n]) for n in nodes}

@@ -29,8 +29,9 @@ def deepspeed_argv(deepspeed: str, hostfile: str, master_addr: str, master_port:
         hostfile: path of the rendered hostfile on the node that runs the command.
         master_addr: the head's cluster address (``127.0.0.1`` on one node), from the cluster shape.
         master_port: TCP port of the rendezvous on the head.
-        entry: the script and its leading arguments, e.g. ``["train/pretrain.py"]`` or
-            ``["train/run_script.py", "scripts/run_mlm.py"]``.
+        entry: what follows the launcher's own options: the script and its leading arguments, e.g.
+            ``["--module", "train.rank.run_script", "scripts/run_mlm.py"]`` (the runner's ``--module`` runs the rank
+            as ``python -m``, from the launcher's directory, on every node) or ``["allreduce.py"]``.
         args: the entry's arguments, passed through unchanged (see the quoting rule below).
         include: DeepSpeed's ``--include`` value (``host:0,1@host``); "" when every slot is used.
         single_node: one node in the hostfile (pdsh mode only: adds ``--no_ssh_check``).

@@ -1,4 +1,4 @@
-"""The Trainer callbacks of the rank runtime (train/runtime.py attaches them, for train/pretrain.py and users'
+"""The Trainer callbacks of the rank runtime (train.rank.hooks.attach adds them, for train/rank/pretrain.py and users'
 scripts alike). What rank 0 writes while and after it trains (docs/training.md lists these files for users):
 
 * ``progress.jsonl`` -- one JSON object per logging step, flushed as it is written:
@@ -10,7 +10,7 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
   save (``checkpoint-<step>`` in the output directory), {"event": "warning", "message"} for what the run must say
   (e.g. TensorBoard left out: :func:`usable_report_to`).
 * ``loss_curve.png`` -- loss and learning rate against step (two panels), from those records.
-* ``metrics.json`` -- train/runtime.py's build_metrics, written by MetricsCallback when training ends (every
+* ``metrics.json`` -- train.rank.metrics.build_metrics, written by MetricsCallback when training ends (every
   rank takes part: it gathers each rank's host) and again after each later evaluation, with its eval_* metrics.
 """
 
@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from train.rank.bootstrap import gather_objects, rank_info
+from train.rank.metrics import build_metrics, run_identity, write_metrics
 
 PROGRESS = "progress.jsonl"
 LOSS_CURVE = "loss_curve.png"
@@ -163,8 +166,8 @@ class MetricsCallback(TrainerCallback):
 
     Args:
         progress: the ProgressCallback of the same Trainer (its records and the Trainer's train_* summary).
-        script: the user's script in script mode, None for train/pretrain.py.
-        extra: metrics.json values only the caller knows (train.runtime.build_metrics' ``extra``).
+        script: the user's script in script mode, None for train/rank/pretrain.py.
+        extra: metrics.json values only the caller knows (train.rank.metrics.build_metrics' ``extra``).
         rank_extra: optional callable () -> dict added to this rank's entry of ``ranks``.
 
     After training, ``metrics`` holds the dict last written (rank 0; None elsewhere).
@@ -176,20 +179,18 @@ class MetricsCallback(TrainerCallback):
         self.script = script
         self.extra = dict(extra or {})
         self.rank_extra = rank_extra
-        self.trainer = None  # set by train.runtime.attach: the unwrapped model is read from it
+        self.trainer = None  # set by train.rank.hooks.attach: the unwrapped model is read from it
         self.eval_metrics: dict | None = None
         self.metrics: dict | None = None
         self._ranks: list[dict] | None = None
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        from train import runtime
-
-        info = runtime.rank_info()
+        info = rank_info()
         mine = {"rank": args.process_index, "hostname": info.host, "local_rank": info.local_rank,
                 "first_batches_sha256": None}
         if self.rank_extra is not None:
             mine.update(self.rank_extra())
-        ranks = runtime.gather_objects(mine)  # a collective: every rank, before the rank-0 check
+        ranks = gather_objects(mine)  # a collective: every rank, before the rank-0 check
         if not state.is_world_process_zero:
             return
         self._ranks = sorted(ranks, key=lambda r: r["rank"])
@@ -202,16 +203,14 @@ class MetricsCallback(TrainerCallback):
             self._write(args, state, model)
 
     def _write(self, args, state, model):
-        from train import runtime
-
         model = getattr(self.trainer, "model", None) or model
         if type(model).__name__ == "DeepSpeedEngine":
             model = model.module
-        identity = runtime.run_identity(args.output_dir, args.run_name, self.script)
-        self.metrics = runtime.build_metrics(
+        identity = run_identity(args.output_dir, args.run_name, self.script)
+        self.metrics = build_metrics(
             args=args, state=state, model=model, progress=self.progress, ranks=self._ranks, identity=identity,
             eval_metrics=self.eval_metrics, extra={"script": self.script, **self.extra})
-        out = runtime.write_metrics(args.output_dir, self.metrics).parent
+        out = write_metrics(args.output_dir, self.metrics).parent
         m = self.metrics
         what = m["run_name"] or (Path(self.script).name if self.script else m["model"]) or "training"
         plot_loss_curve(self.progress.records, out / LOSS_CURVE,

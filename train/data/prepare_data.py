@@ -1,11 +1,11 @@
 """Prepare a training data artifact once, on the head node: raw text -> tokenizer + tokenized, grouped blocks.
 
-    python -m train.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--rehash] [--world-size N] [--progress-file F]
-    python -m train.prepare_data --verify ARTIFACT_DIR [--rehash]
+    python -m train.data.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--rehash] [--world-size N] [--progress-file F]
+    python -m train.data.prepare_data --verify ARTIFACT_DIR [--rehash]
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
 
-1. read the job's raw text (train/corpus.py: the stdlib's pydoc topics by default, a text file, a directory of
+1. read the job's raw text (train/data/corpus.py: the stdlib's pydoc topics by default, a text file, a directory of
    .txt files, a .parquet / .jsonl / .json / .csv file or directory of them (the job's ``text_column``), a
    ``datasets`` save_to_disk directory, or ``hub:REPO_ID[:CONFIG[:SPLIT]]`` loaded from the Hugging Face hub) into an
    Arrow table;
@@ -17,15 +17,15 @@ Steps (the shape of transformers' run_mlm.py data section, done ahead of time so
 4. ``save_to_disk``, then ``prepare.json`` and ``MANIFEST`` (written last).
 
 Everything is written into a temporary directory beside ARTIFACT_DIR and moved into place at the end
-(train/artifact.py). When ARTIFACT_DIR's MANIFEST verifies and its prepare.json records the same data settings and
+(train/data/artifact.py). When ARTIFACT_DIR's MANIFEST verifies and its prepare.json records the same data settings and
 source fingerprint, nothing is done and the last line says ``up to date``.
 
-The job file is read and validated by train.job.load_job (the one job schema: the same keys, types and bounds as
-``python -m train.job resolve``); prepare_data uses task, tokenizer_type (wordpiece | byte_bpe), vocab_size,
+The job file is read and validated by train.common.job.load_job (the one job schema: the same keys, types and bounds as
+``python -m train.controller.resolve resolve``); prepare_data uses task, tokenizer_type (wordpiece | byte_bpe), vocab_size,
 lowercase, tokenizer_path, dataset_path, text_column and max_seq_length. A trained tokenizer can reach fewer entries
 than vocab_size asks (a small corpus has fewer distinct words and merges): the size reached is printed against the
 one asked, with a ``warning:`` line below VOCAB_WARN_FRACTION, and prepare.json records both (``vocab_size``: the
-real size, which train/pretrain.py builds the model with; ``vocab_size_requested``).
+real size, which train/rank/pretrain.py builds the model with; ``vocab_size_requested``).
 
 A corpus too small for the job is warned about (``batch_report``), built or up to date: one optimizer step takes a
 global batch of per_device_train_batch_size x gradient_accumulation_steps x ``--world-size`` (default 1; the
@@ -53,12 +53,9 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from train import artifact, corpus
-from train.corpus import DataError
-from train.job import DATA_FORMAT_VERSION, JobError, load_job
+from train.data import artifact, corpus
+from train.data.corpus import DataError
+from train.common.job import DATA_FORMAT_VERSION, JobError, load_job
 
 VOCAB_WARN_FRACTION = 0.9  # warn when a trained tokenizer reaches less than this share of the vocab_size asked
 MIN_STEPS_PER_EPOCH = 10  # warn when the blocks make fewer optimizer steps than this per pass over the data
@@ -113,7 +110,7 @@ class Progress:
 
 # ------------------------------------------------------------------------------------------------------------ job
 def data_settings(job: dict) -> dict:
-    """The job keys that decide the artifact's content, from a job validated by train.job.load_job.
+    """The job keys that decide the artifact's content, from a job validated by train.common.job.load_job.
 
     Returns:
         {"task", "tokenizer": {"kind" (wordpiece|bpe), "name_or_path" (None: train one), "vocab_size" (None when a
@@ -470,7 +467,7 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
     verified (artifact.verify quick); ``rehash`` hashes both anyway.
 
     Raises:
-        JobError: the job file is missing, unreadable or invalid (train.job.load_job).
+        JobError: the job file is missing, unreadable or invalid (train.common.job.load_job).
         DataError: a problem with the data the user can fix (missing, empty, not UTF-8, too short, a missing text
             column, a hub data set that cannot be loaded, ...).
     """
@@ -559,15 +556,15 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
 # ------------------------------------------------------------------------------------------------------------ CLI
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's default prints the usage block too)
-        print(f"error: {message}; see `python -m train.prepare_data --help`", file=sys.stderr)
+        print(f"error: {message}; see `python -m train.data.prepare_data --help`", file=sys.stderr)
         sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring); returns the exit status 0, 1 (verify failed) or 2 (bad input,
     one ``error:`` line on stderr)."""
-    p = _Parser(prog="python -m train.prepare_data", description=__doc__.split("\n\n")[0])
-    p.add_argument("--job", help="resolved job (JSON, from `python -m train.job resolve`)")
+    p = _Parser(prog="python -m train.data.prepare_data", description=__doc__.split("\n\n")[0])
+    p.add_argument("--job", help="resolved job (JSON, from `python -m train.controller.resolve resolve`)")
     p.add_argument("--out", help="artifact directory to create or refresh")
     p.add_argument("--force", action="store_true", help="rebuild even when the artifact is up to date")
     p.add_argument("--verify", metavar="ARTIFACT",

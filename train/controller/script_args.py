@@ -1,11 +1,11 @@
 """A user's own training script (``-e script=run_mlm.py -e script_args=...``): its arguments, on the controller.
 
 ``train.yml`` launches a user's HF Trainer script (for example transformers' examples/pytorch/language-modeling/
-run_mlm.py) the way it launches train/pretrain.py. This module does three things with the script's arguments:
+run_mlm.py) the way it launches train/rank/pretrain.py. This module does three things with the script's arguments:
 
 * :func:`split` -- accept them as a list or as one shell-quoted string (``-e script_args="--max_steps 100 ..."``);
 * :func:`job_overrides` -- read the TrainingArguments that the rendered ds_config must agree with (micro batch,
-  gradient accumulation, warm-up, precision, ...) as job keys, so train.job / train.dsconfig validate them with the
+  gradient accumulation, warm-up, precision, ...) as job keys, so train.common.job / train.controller.dsconfig validate them with the
   same rules and messages as the built-in path (e.g. ``--bf16`` on a CPU cluster, batch arithmetic);
 * :func:`complete` -- add the project's ``--deepspeed <rendered config>`` and ``--output_dir`` unless the user gave
   them, and replace ``{data}`` with the node-local copy of the staged data (``-e script_data=...``).
@@ -15,9 +15,9 @@ The TrainingArguments flags are read by transformers' own parser, ``HfArgumentPa
 the Trainer's: nothing is copied from transformers by hand. Only the argparse namespace is used; TrainingArguments
 is never instantiated (its __post_init__ would set up devices). transformers imports without torch, so the
 Ansible controller's Python runs this too (requirements.txt pins the same transformers as the nodes); it is
-imported inside the functions, so ``import train.script_args`` stays cheap.
+imported inside the functions, so ``import train.controller.script_args`` stays cheap.
 
-CLI: ``python -m train.script_args overrides|argv ...`` (see ``--help``); exit 2 with one ``error:`` line on bad input.
+CLI: ``python -m train.controller.script_args overrides|argv ...`` (see ``--help``); exit 2 with one ``error:`` line on bad input.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import shlex
 import sys
 
-from train.job import JobError, precision_of_flags
+from train.common.job import JobError, precision_of_flags
 
 #: TrainingArguments fields that map one-to-one onto job keys (and so reach ds_config's "auto" checks)
 JOB_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay",
@@ -265,7 +265,7 @@ def output_dir_of(args: list[str], default: str) -> str:
 
 
 def _cli_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m train.script_args", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m train.controller.script_args", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overrides", help="print the job keys the script's arguments imply (JSON)")
     o.add_argument("--script-args", default="", help="JSON list or one shell-quoted string")
