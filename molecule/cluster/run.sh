@@ -96,7 +96,7 @@ converge() {
   # text file on the head only (script_data), the tokenizer the first run prepared (staged on every node).
   t0=$(date +%s)
   log "train.yml -e script=my_run_mlm.py"
-  (cd "$repo" && python3 -c 'import sys; sys.path.insert(0, "."); from train.tests.test_run_script import USER_SCRIPT;
+  (cd "$repo" && python3 -c 'import sys; from train.tests.test_run_script import USER_SCRIPT;
 open(sys.argv[1], "w").write(USER_SCRIPT)' "$state/my_run_mlm.py")
   podman exec "dsc-head-1" python3 -c 'import os, pydoc_data.topics as t
 os.makedirs("/root/corpus", exist_ok=True)
