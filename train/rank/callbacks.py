@@ -17,7 +17,6 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from train.rank.bootstrap import gather_objects, rank_info
-from train.rank.metrics import build_metrics, run_identity, write_metrics
+from train.rank.metrics import build_metrics, finite_number, run_identity, write_metrics
 
 PROGRESS = "progress.jsonl"
 LOSS_CURVE = "loss_curve.png"
@@ -133,13 +132,13 @@ class ProgressCallback(TrainerCallback):
         record = {
             "step": step,
             "max_steps": state.max_steps,
-            "loss": _num(logs.get("loss")),
-            "learning_rate": _num(logs.get("learning_rate")),
-            "grad_norm": _num(logs.get("grad_norm")),  # pre-clip total 2-norm; null where DeepSpeed reports none
+            "loss": finite_number(logs.get("loss")),
+            "learning_rate": finite_number(logs.get("learning_rate")),
+            "grad_norm": finite_number(logs.get("grad_norm")),  # pre-clip total 2-norm; null where DeepSpeed reports none
             "samples_per_second": round(self.global_batch_size * step / elapsed, 3) if elapsed > 0 else None,
             "elapsed_s": round(elapsed, 3),
             "eta_s": round(self._eta(step, state.max_steps, now), 1),
-            "epoch": _num(logs.get("epoch", state.epoch)),
+            "epoch": finite_number(logs.get("epoch", state.epoch)),
         }
         self.records.append(record)
         self._write(record)
@@ -215,13 +214,6 @@ class MetricsCallback(TrainerCallback):
         what = m["run_name"] or (Path(self.script).name if self.script else m["model"]) or "training"
         plot_loss_curve(self.progress.records, out / LOSS_CURVE,
                         title=f"{what}: {m['model_type'] or ''} {m['task'] or ''}, world size {m['world_size']}")
-
-
-def _num(v):
-    if v is None:
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else None
 
 
 def plot_loss_curve(records: list[dict], path: str | Path, title: str = "") -> Path:

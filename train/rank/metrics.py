@@ -71,7 +71,9 @@ def run_identity(output_dir: str | Path | None, run_name: str | None = None, scr
             "mode": "preset" if preset else "script"}
 
 
-def _num(value):
+def finite_number(value):
+    """``value`` as a JSON number: an int or float as it is, anything float() takes (a 0-dim tensor, a numeric
+    string) as a float; None for None, NaN, +-inf and what is not a number. A bool is returned unchanged."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):
@@ -119,7 +121,7 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
     elapsed = records[-1]["elapsed_s"] if records else None
     steps = state.global_step
     config = getattr(model, "config", None)
-    eval_loss = _num((eval_metrics or {}).get("eval_loss"))
+    eval_loss = finite_number((eval_metrics or {}).get("eval_loss"))
     metrics = {
         **identity,
         "script": None,
@@ -132,10 +134,10 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         "max_steps": state.max_steps,
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
-        "train_loss": _num(summary.get("train_loss")),
-        "train_samples_per_second": _num(summary.get("train_samples_per_second"))
+        "train_loss": finite_number(summary.get("train_loss")),
+        "train_samples_per_second": finite_number(summary.get("train_samples_per_second"))
         or (round(progress.global_batch_size * steps / elapsed, 3) if elapsed else None),
-        "train_runtime_s": _num(summary.get("train_runtime")),
+        "train_runtime_s": finite_number(summary.get("train_runtime")),
         "wall_time_s": round(time.monotonic() - rank_info().started, 2),
         "global_batch_size": progress.global_batch_size,
         "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -146,9 +148,9 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         "vocab_size_requested": None,
         "n_parameters": count_parameters(model) if model is not None else None,
         "model_uses_num_items_in_batch": getattr(model, "accepts_loss_kwargs", None),
-        "eval": {k: _num(v) for k, v in eval_metrics.items()} if eval_metrics else None,
+        "eval": {k: finite_number(v) for k, v in eval_metrics.items()} if eval_metrics else None,
         "eval_loss": eval_loss,
-        "perplexity": _num(math.exp(eval_loss)) if eval_loss is not None and eval_loss < 700 else None,
+        "perplexity": finite_number(math.exp(eval_loss)) if eval_loss is not None and eval_loss < 700 else None,
         "deepspeed_config": args.deepspeed if isinstance(args.deepspeed, str) else None,
         "source_fingerprint": None,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
