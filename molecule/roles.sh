@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The roles' molecule scenarios (roles/<role>/molecule/<scenario>), one `molecule test` each, in site.yml's order,
 # with a time per scenario and a summary at the end. Exit status 1 when any failed (all are still run).
+# Every scenario's molecule.yml is merged onto molecule/base.yml (what they share), passed with --base-config.
 #
 #   molecule/roles.sh                        # every scenario below
 #   molecule/roles.sh cuda/distro nccl       # some: role or role/scenario
@@ -41,7 +42,11 @@ run() {  # run SCENARIO: molecule test, then one summary line in $results/SCENAR
   local sc=$1 t0 result
   t0=$(date +%s)
   printf '== %s molecule test: roles/%s/molecule/%s\n' "$(date +%T)" "${sc%%/*}" "${sc##*/}"
-  if (cd "$repo/roles/${sc%%/*}" && molecule test -s "${sc##*/}"); then result=passed; else result=FAILED; fi
+  if (cd "$repo/roles/${sc%%/*}" && molecule --base-config "$repo/molecule/base.yml" test -s "${sc##*/}"); then
+    result=passed
+  else
+    result=FAILED
+  fi
   printf '%-22s %-7s %4d s\n' "$sc" "$result" $(( $(date +%s) - t0 )) >"$results/${sc//\//_}"
 }
 

@@ -1,9 +1,12 @@
 """The documentation's links resolve: every relative ``[text](target)`` in README.md and docs/**/*.md names a file
-or directory that exists, and a ``#anchor`` names a heading of the target page (GitHub's heading slugs).
+or directory that exists, and a ``#anchor`` names a heading of the target page (GitHub's heading slugs). And the
+repository cites only itself: no tracked text file points to an issue or work-session number or to a document that
+is not in the repository (it states the fact, or links a page of docs/).
 
-Standard library only (no torch, no yaml): it runs with any Python that has pytest."""
+Standard library and git only (no torch, no yaml): it runs with any Python that has pytest."""
 
 import re
+import subprocess
 import sys
 import unicodedata
 from pathlib import Path
@@ -131,3 +134,52 @@ def test_a_broken_link_is_found(tmp_path, monkeypatch):
     problems = broken_links(page)
     assert len(problems) == 2, problems
     assert "docs/nope.md does not exist" in problems[0] and "#no-such" in problems[1]
+
+
+# Citations of what is not in the repository. Written so that this file does not match them itself.
+OUTSIDE_REFERENCES = re.compile(
+    r"\bissues? #?\d+|\bsessions? \d+\b|\(#\d+\)"  # an issue / work-session number, a bare "(#N)"
+    r"|(?<![\w/.-])(?:shared|seeds)[/]"  # a relative path into a folder outside the repository (not /shared/home)
+    r"|\b(?:DESIGN|NOTES)[.]md\b",  # design notes kept outside the repository
+    re.IGNORECASE)
+
+
+def tracked_text_files(root):
+    """Every file git tracks under ``root`` that reads as UTF-8 text, less the benchmark records' JSON."""
+    names = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for name in names.decode().split("\0"):
+        if not name or re.fullmatch(r"docs/benchmarks/[^/]*\.json", name):
+            continue
+        path = root / name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue  # binary, a submodule, or deleted in the working tree
+        yield name, text
+
+
+def outside_references(root):
+    """'path:line: match' for every citation of an issue, a session or an outside document."""
+    return [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+            for name, text in tracked_text_files(root) for m in OUTSIDE_REFERENCES.finditer(text)]
+
+
+def test_no_issue_numbers_or_outside_documents_are_cited():
+    found = outside_references(REPO)
+    assert not found, ("state the fact instead (or point to docs/developers/architecture.md or docs/benchmarks/):\n"
+                       + "\n".join(found))
+
+
+def test_an_outside_reference_is_found(tmp_path):
+    """The checker itself, on a repository of its own: each kind is found, a look-alike that is not one is not."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "docs" / "benchmarks").mkdir(parents=True)
+    bad = ["see issue " + "12", "(#" + "13)", "Session" + " 15 measured it", "in shared" + "/notes.txt",
+           "DESIGN" + ".md", "NOTES" + ".md", "seeds" + "/post.md", "issue" + " 16 item 7"]
+    good = ['HF_HOME="/shared' + '/home/admin/hf"', 'scope="session"', "pytorch/pytorch#178665", "issue the calls"]
+    (tmp_path / "a.py").write_text("\n".join(bad) + "\n")
+    (tmp_path / "docs" / "b.md").write_text("\n".join(good) + "\n")
+    (tmp_path / "docs" / "benchmarks" / "c.json").write_text('"' + "session" + ' 13"\n')
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    found = outside_references(tmp_path)
+    assert [line.split(":")[0:2] for line in found] == [["a.py", str(n)] for n in range(1, len(bad) + 1)], found

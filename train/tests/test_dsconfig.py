@@ -43,8 +43,8 @@ MODEL_ARG_FLAGS = {"--task", "--model_type", "--config_overrides", "--model_name
 
 
 def make_job(model="bert", **overrides):
-    """A tiny job; DeepSpeed's own optimizer, precision blocks and ZeRO-2 unless given (the GPU defaults of
-    issue 13, client optimizer + torch_autocast + ZeRO-0, have their own tests below)."""
+    """A tiny job; DeepSpeed's own optimizer, precision blocks and ZeRO-2 unless given (the GPU defaults,
+    client optimizer + torch_autocast + ZeRO-0, have their own tests below)."""
     return R.resolve(model, {"model_size": "tiny", "accelerator": "cpu", "run_name": "t", "zero_stage": 2,
                              "optimizer": "deepspeed", "autocast": False, **overrides})
 
@@ -343,7 +343,7 @@ def test_cli_render_bad_input_exits_2_with_one_line(tmp_path, job, world_size, m
     assert message in result.stderr and not out.exists()
 
 
-# ------------------------------------------------------------------------------------------- issue 5 cases 8 and 9
+# --------------------------------------------------------- the batch and precision cases of docs/multi-node.md's table
 
 
 def test_case8_train_batch_size_32_on_two_nodes_of_8_slots_needs_64():
@@ -384,7 +384,7 @@ def test_fp16_only_keys_in_a_bf16_block_are_refused(tmp_path):
         D.render(make_job("bert", accelerator="cuda", precision="bf16"), 1, templates)
 
 
-# ------------------------------------------------------------------------------------ GPU defaults (issue 13)
+# -------------------------------------------------------------------------------------------------------- GPU defaults
 
 
 def test_gpu_defaults_render_client_optimizer_and_torch_autocast(tmp_path):
@@ -418,8 +418,8 @@ def test_blog_recipe_renders_deepspeeds_blocks():
 
 
 def test_deepspeed_throughput_timer_is_off_unless_the_template_sets_it(tmp_path):
-    """Its synchronize() at every forward and step left the GPU idle (issue 13): the rendered config turns it off
-    (DeepSpeed reads it so); a template's own "timers" block is kept."""
+    """Its synchronize() at every forward and step left the GPU idle (docs/benchmarks/gpu-2026-12-01c.md): the
+    rendered config turns it off (DeepSpeed reads it so); a template's own "timers" block is kept."""
     from deepspeed.utils.config import get_timers_config
 
     job = R.resolve("bert", {"accelerator": "cuda", "run_name": "t"})

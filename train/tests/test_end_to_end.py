@@ -267,8 +267,7 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
 
 def test_a_scripts_own_deepspeed_file_is_the_runs_recorded_and_staged_config(tmp_path):
     """-e script_args='... --deepspeed my.json': the ranks run with that file, and outputs/<run>/ds_config.json and
-    the staged copy on the node are its exact text (issue 16 item 1b); job.json holds only the job keys that apply
-    to a script (item 7)."""
+    the staged copy on the node are its exact text; job.json holds only the job keys that apply to a script."""
     import yaml
 
     from train.common.job import SCRIPT_KEYS

@@ -33,7 +33,7 @@ def run_cli(*args, module="train.controller.resolve"):
 
 
 def test_bert_base_carries_the_blogs_numbers():
-    """The blog's optimiser numbers, with the GPU defaults of issue 13 (global batch 256 = micro 128 x 2)."""
+    """The blog's optimiser numbers, with the GPU defaults (global batch 256 = micro 128 x 2)."""
     job = R.resolve("bert", {"accelerator": "cuda"}, now=NOW)
     expected = {
         "task": "mlm", "model_type": "bert", "tokenizer_type": "wordpiece", "vocab_size": 30522,
@@ -363,7 +363,7 @@ def test_controller_modules_do_not_import_torch():
     assert result.returncode == 0, result.stderr
 
 
-# ------------------------------------------------------------------------------------------------ auto (issue 13)
+# ---------------------------------------------------------------------------------------------------------------- auto
 
 
 def test_auto_keeps_the_cpu_path():

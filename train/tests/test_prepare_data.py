@@ -315,7 +315,7 @@ def test_vocab_report_warns_below_ninety_percent():
 
 
 def test_a_corpus_smaller_than_the_job_is_warned_about(tmp_path):
-    """Item 6: a few blocks against a global batch of micro x accum x world size get a warning line saying how much
+    """A few blocks against a global batch of micro x accum x world size get a warning line saying how much
     text there is and how much a step takes -- when built, and again when up to date (the world size may change)."""
     from .conftest import job_dict
 

@@ -257,9 +257,9 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
 
 
 def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_1rank, bert_2ranks, tmp_path):
-    """train.tools.bench's data-parallel scaling (issue 12) from two real CPU runs of the same per-rank batch, 1 and 2
-    ranks: the report's efficiency is the per-rank throughput ratio of their perf.json files, the target line and
-    the table say it; a run with another per-rank batch gets no efficiency, and says why."""
+    """train.tools.bench's data-parallel scaling (docs/gpu-validation.md) from two real CPU runs of the same
+    per-rank batch, 1 and 2 ranks: the report's efficiency is the per-rank throughput ratio of their perf.json files,
+    the target line and the table say it; a run with another per-rank batch gets no efficiency, and says why."""
     from train.tools import bench
 
     one, two = bert_1rank["out"].parent, bert_2ranks["out"].parent

@@ -1,6 +1,6 @@
 """playbooks/check.yml (preflight) on a two-node inventory whose nodes are both this machine, reached with Ansible's
 local connection: the parity table has a row per node (a node listed in two groups once), and the head's
-`ssh -o BatchMode=yes <hostfile entry> true` -- the head itself included (issue 5 case 4) -- fails here because the
+`ssh -o BatchMode=yes <hostfile entry> true` -- the head's own entry included -- fails here because the
 names resolve nowhere, so the preflight must stop with the message that names the head, the entry and the fix.
 With -e cluster_check_launcher=ansible (no ssh between nodes) the same inventory passes."""
 

@@ -1,6 +1,6 @@
-"""Issue 5 case 1 (and the inventory rules): a node in two groups, a slot value with a trailing space, GPU indices
-out of range -> one hostfile line per host, clean slots=N, the bad index refused. Runs the cluster_check role's
-inventory entry point and the real templates/hostfile.j2 through ansible-playbook on fake inventories."""
+"""The inventory rules: a node in two groups, a slot value with a trailing space, GPU indices out of range -> one
+hostfile line per host, clean slots=N, the bad index refused. Runs the cluster_check role's inventory entry point and
+the real templates/hostfile.j2 through ansible-playbook on fake inventories."""
 
 import json
 import os

@@ -1,6 +1,6 @@
-"""roles/cluster_check/files/preflight.py and node_report.py: the node comparisons of issue 5's cases, on reports
-shaped exactly like the role's (probe.py + node_report.py run for real on this machine, merged by preflight.merge;
-the other "nodes" are edited copies)."""
+"""roles/cluster_check/files/preflight.py and node_report.py: what the preflight finds in the nodes' reports taken
+together, on reports shaped exactly like the role's (probe.py + node_report.py run for real on this machine, merged
+by preflight.merge; the other "nodes" are edited copies)."""
 
 import copy
 import importlib.util

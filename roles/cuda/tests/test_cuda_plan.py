@@ -173,7 +173,7 @@ def test_bad_host_compiler_is_refused(plans):
 
 
 def test_a_named_toolkit_with_another_source_is_refused(plans):
-    """cuda_preinstalled_home with cuda_source=nvidia would install and use /usr/local/cuda-13.0 instead (issue 16 B)."""
+    """cuda_preinstalled_home with cuda_source=nvidia would install and use /usr/local/cuda-13.0 instead: refused."""
     msg = plans["nv_with_preinstalled_home"]["cuda_plan_error"]
     assert ("cuda_preinstalled_home is /opt/cuda-12.4, but cuda_source=nvidia installs CUDA 13.0 into "
             "/usr/local/cuda-13.0 and uses that one, not the toolkit you named") in msg

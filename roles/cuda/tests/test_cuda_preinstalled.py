@@ -1,4 +1,4 @@
-"""Issue 16 B: a toolkit the inventory names (cuda_preinstalled_home) is used or refused, never silently swapped for
+"""A toolkit the inventory names (cuda_preinstalled_home) is used or refused, never silently swapped for
 another one that matches cuda_version. Stand-in toolkits are directories with a bin/nvcc script printing the release
 line of `nvcc --version`; the other one is found on the login PATH (a ~/.bash_profile in a HOME of the test's)."""
 

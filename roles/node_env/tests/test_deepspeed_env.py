@@ -1,6 +1,7 @@
-"""Issue 5 cases 6 and 7: what goes into .deepspeed_env, checked the way the DeepSpeed launcher reads it
-(deepspeed/launcher/runner.py splits each line on the first '=', multinode_runner.add_export quotes the value, the
-pdsh runner sends `export KEY=VALUE; ...` to the remote shell) and the way a rank then sees it (sh -c)."""
+"""What goes into .deepspeed_env (values as given, or refused by name; the admin's shell variables, kept out of the
+log), checked the way the DeepSpeed launcher reads it (deepspeed/launcher/runner.py splits each line on the first
+'=', multinode_runner.add_export quotes the value, the pdsh runner sends `export KEY=VALUE; ...` to the remote shell)
+and the way a rank then sees it (sh -c)."""
 
 import json
 import os

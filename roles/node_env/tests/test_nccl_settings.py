@@ -1,4 +1,4 @@
-"""Issue 16 A: NCCL_*/GLOO_* settings. A name NCCL or gloo does not know is refused with the closest known one (they
+"""NCCL_*/GLOO_* settings. A name NCCL or gloo does not know is refused with the closest known one (they
 would ignore it without a word); NCCL_IB_DISABLE also disables the HPC-X/IB plugin (NCCL_IBEXT_DISABLE); per-node
 NCCL settings go into nccl.conf (node_env_nccl_conf), since .deepspeed_env gives every rank the head's values."""
 

@@ -107,7 +107,7 @@ def test_the_lines_python_is_the_pins_floor(resolved):
 
 
 def test_the_cuda11_line_and_the_current_line_exist():
-    """The issue's minimum: the current line with cpu, cu126 and cu130, and the last torch built for cu118."""
+    """The lines the matrix keeps at least: the current one with cpu, cu126 and cu130, the last torch for cu118."""
     variants = {line["torch"]: set(line["variants"]) for line in LINES.values()}
     assert variants["2.13.0"] == {"cpu", "cu126", "cu130"}
     assert "cu118" in variants["2.7.1"]

@@ -90,8 +90,8 @@ def test_check_mode_prints_the_plan_and_launches_nothing_from_another_directory(
 
 
 def test_site_yml_check_on_the_provisioned_machine_changes_nothing(tmp_path):
-    """`ansible-playbook site.yml --check` on this provisioned machine predicts changed=0 (issue 16 item 15: the
-    python_env pip tasks were counted as changed in check mode)."""
+    """`ansible-playbook site.yml --check` on this provisioned machine predicts changed=0 (the python_env
+    pip tasks were once counted as changed in check mode)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default")
     proc = subprocess.run([ansible_playbook(), "-i", str(LOCAL), str(REPO / "site.yml"), "--check"],
