@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The roles' molecule scenarios (roles/<role>/molecule/<scenario>), one `molecule test` each, in site.yml's order,
 # with a time per scenario and a summary at the end. Exit status 1 when any failed (all are still run).
-# Every scenario's molecule.yml is merged onto molecule/base.yml (what they share), passed with --base-config.
+# Every scenario's molecule.yml is merged onto .config/molecule/config.yml (what they share): molecule finds it by
+# itself in a git checkout; --base-config names it here for a copy without .git.
 #
 #   molecule/roles.sh                        # every scenario below
 #   molecule/roles.sh cuda/distro nccl       # some: role or role/scenario
@@ -42,7 +43,7 @@ run() {  # run SCENARIO: molecule test, then one summary line in $results/SCENAR
   local sc=$1 t0 result
   t0=$(date +%s)
   printf '== %s molecule test: roles/%s/molecule/%s\n' "$(date +%T)" "${sc%%/*}" "${sc##*/}"
-  if (cd "$repo/roles/${sc%%/*}" && molecule --base-config "$repo/molecule/base.yml" test -s "${sc##*/}"); then
+  if (cd "$repo/roles/${sc%%/*}" && molecule --base-config "$repo/.config/molecule/config.yml" test -s "${sc##*/}"); then
     result=passed
   else
     result=FAILED

@@ -1,4 +1,4 @@
-"""The roles' molecule scenarios, as molecule sees them: molecule/base.yml with each
+"""The roles' molecule scenarios, as molecule sees them: .config/molecule/config.yml with each
 roles/<role>/molecule/<scenario>/molecule.yml deep-merged onto it (molecule/roles.sh passes the base with
 --base-config). Reads the YAML only: no container, no molecule run, so this is a fast-tier test."""
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = REPO / "molecule" / "base.yml"
+BASE = REPO / ".config" / "molecule" / "config.yml"
 SCENARIOS = sorted(REPO.glob("roles/*/molecule/*/molecule.yml"))
 
 
@@ -85,7 +85,7 @@ def test_roles_sh_runs_every_scenario_with_the_base():
     text = (REPO / "molecule" / "roles.sh").read_text(encoding="utf-8")
     listed = re.search(r"^all=\(([^)]*)\)", text, re.MULTILINE).group(1).split()
     assert sorted(listed) == sorted(scenario_id(path) for path in SCENARIOS)
-    assert '--base-config "$repo/molecule/base.yml"' in text
+    assert '--base-config "$repo/.config/molecule/config.yml"' in text
 
 
 def test_merge_is_molecules():
