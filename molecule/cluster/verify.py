@@ -194,7 +194,12 @@ def test_user_script_ran_on_every_node():
     assert m["world_size"] == sum(slots.values()) == m["trainer_world_size"]
     assert sorted({r["hostname"] for r in m["ranks"]}) == sorted(nodes)
     assert m["steps"] == 10 and m["last_loss"] < m["first_loss"]
-    assert (runs[-1] / "model.safetensors").is_file()
+    assert (runs[-1] / "model.safetensors").is_file()  # the script's own trainer.save_model(output_dir)
+    assert re.search(r"step 10/10 \(100%\) \| loss \d", (STATE / "train-script.log").read_text())
+    job = json.loads((runs[-1] / "job.json").read_text())  # what applies to the script, not the preset's keys
+    assert job["max_steps"] == 10 and job["per_device_train_batch_size"] == 8 and "model_size" not in job, job
+    ds = json.loads((runs[-1] / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] == "auto"  # the Trainer fills it
 
 
 def podman_exec(node, *cmd, check=True):

@@ -115,6 +115,14 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
     assert after[0]["loss"] < before[0]["loss"] - 1.0, (before[0], after[0])
     final = out / f"checkpoint-{until}"
     assert checkpoints.verify(final) == [] and checkpoints.marker(final)["world_size"] == world
-    assert (out / "attempt-1" / "train.log").is_file()
+    assert [d.name for d in checkpoints.checkpoints(out)][-1] == final.name
+    assert (out / "attempt-1" / "train.log").is_file() and (out / "attempt-1" / "hostfile").is_file()
     for n in nodes:
         assert cluster.processes_of(n, run) == [], n
+    # an ended run has nothing to attach to; a resume must be the same model
+    again = cluster.playbook("train.yml", "-e", f"attach={run}", "-e", f"train_output_dir={tmp_path}")
+    assert again.returncode != 0 and "has no launcher job" in again.stdout, again.stdout[-2000:]
+    refused = cluster.playbook("train.yml", "-e", f"resume={run}", "-e", "model=gpt2",
+                               "-e", f"train_output_dir={tmp_path}")
+    assert refused.returncode != 0 and f"model gpt2 is not run {run}'s model bert" in refused.stdout, \
+        refused.stdout[-2000:]
