@@ -32,8 +32,11 @@ lint: setup
 # The fast tier (docs/testing.md): train/'s pure-Python tests with the controller's .venv -- no provisioning, no torch,
 # no training run; about 20 s of tests on 2 cores (2026-12-02). Tests marked torch or slow (pytest.ini) are left
 # to `make unit`.
+# The roles' filter plugins are pure Python too: their tests join this tier.
+FILTER_TESTS := roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests/test_cuda_support_filter.py \
+                roles/train_launch/tests/test_run_failure_filter.py
 unit-fast: setup
-	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(FILTER_TESTS) $(PYTEST_ARGS)
 
 # Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
 unit:
