@@ -7,7 +7,7 @@ pad-tokenizer: a copy of a saved tokenizer whose vocabulary is padded to ``--siz
 never produces (``[unused<i>]``), so the model has a full-size embedding and LM head (BERT-base's 30,522 /
 GPT-2's 50,257) while prepare_data's tokenizer, trained on the small built-in corpus, reaches ~5.6 k.
 
-report: reads each run's job.json, metrics.json, perf.json (train/rank/pretrain.py's PerfCallback), train.log and the
+report: reads each run's job.json, metrics.json, perf.json (train/rank/perf.py's PerfCallback), train.log and the
 playbook start time from RUNS.json (a list of {"label", "run_name", "command", "playbook_start_unix_s",
 "playbook_end_unix_s", "run_dirs": [dirs to look in], optionally "series": a name}), and writes
 OUT/gpu-<date>.json and OUT/gpu-<date>.md.
