@@ -197,6 +197,63 @@ def _resume_overrides(source: dict, overrides: dict, script: str | None) -> dict
     return out
 
 
+def _launcher_port(launcher: str, master_port) -> int:
+    """The rendezvous port (int) after checking the launcher's name and the port; PlanError otherwise."""
+    if launcher not in LAUNCHERS:
+        raise PlanError(f"launcher is {launcher!r}", "-e launcher",
+                        "use pdsh (default: the head starts every rank over ssh) or ansible (Ansible starts "
+                        "`deepspeed --no_ssh --node_rank N` on every node; no ssh between the nodes)")
+    try:
+        port = int(str(master_port).strip())
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise PlanError(f"train_master_port is {master_port!r}", "-e train_master_port",
+                        "give a free TCP port on the head (1-65535), default 29500")
+    return port
+
+
+def _script_inputs(script: str, script_args_value):
+    """What a user's script brings: (its arguments as a list, the job overrides they imply, its own ``--deepspeed``
+    config (source, text, dict) or None, its parsed source tree). PlanError for a missing script or bad arguments."""
+    if not Path(script).is_file():
+        raise PlanError(f"script {script} is not a file on the controller", "-e script",
+                        "give -e script=<path to your training script, e.g. run_mlm.py> (relative paths are "
+                        f"from {os.getcwd()})")
+    try:
+        user_args = script_args.split(script_args_value)
+        return (user_args, script_args.job_overrides(user_args), script_args.deepspeed_config(user_args),
+                parse_script(script))
+    except script_args.ScriptArgsError as exc:
+        raise PlanError(str(exc), "-e script_args", "see docs/own-script.md") from None
+
+
+def _launch_commands(*, launcher: str, shape: dict, venv_dir: str, run_dir: str, port: int, entry: list[str],
+                     argv: list[str], output: str, zero_stage: int | None) -> tuple[dict, dict]:
+    """The argv of every node that starts ranks and the path of its log: ({node: argv}, {node: log path}).
+
+    pdsh: the head alone starts DeepSpeed's launcher; ansible: every node, with its node rank. On more than one node
+    the head's launcher runs under train.node.checkpoints supervise, which gathers every node's part of each
+    checkpoint onto the head while the run goes on (output_dir is node-local)."""
+    nodes = list(shape["nodes"])
+    head = nodes[0]
+    deepspeed, hostfile = f"{venv_dir}/bin/deepspeed", f"{run_dir}/hostfile"
+    starters = [head] if launcher == "pdsh" else nodes
+    logs = {n: f"{run_dir}/{'train.log' if n == head else f'train-{n}.log'}" for n in starters}
+    commands = {
+        n: launch.deepspeed_argv(deepspeed, hostfile, shape["master_addr"], port, entry, argv,
+                                 include=shape.get("include") or "", single_node=bool(shape["single_node"]),
+                                 node_rank=nodes.index(n) if launcher == "ansible" else None)
+        for n in starters
+    }
+    if len(nodes) > 1:
+        commands[head] = [f"{venv_dir}/bin/python", "-m", "train.node.checkpoints", "supervise", "--output", output,
+                          "--world-size", str(int(shape["world_size"])),
+                          *(["--zero-stage", str(zero_stage)] if zero_stage is not None else []),
+                          "--hosts", ",".join(nodes[1:]), "--", *commands[head]]
+    return commands, logs
+
+
 def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_root: str, templates_dir: str,
           launcher: str = "pdsh", master_port=29500, script: str | None = None, script_args_value=None,
           script_data: str | None = None, resume: str | None = None, now=None) -> dict:
@@ -235,17 +292,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         PlanError / train.common.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
         job value, a ds_config that does not fit, an existing output directory).
     """
-    if launcher not in LAUNCHERS:
-        raise PlanError(f"launcher is {launcher!r}", "-e launcher",
-                        "use pdsh (default: the head starts every rank over ssh) or ansible (Ansible starts "
-                        "`deepspeed --no_ssh --node_rank N` on every node; no ssh between the nodes)")
-    try:
-        port = int(str(master_port).strip())
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise PlanError(f"train_master_port is {master_port!r}", "-e train_master_port",
-                        "give a free TCP port on the head (1-65535), default 29500")
+    port = _launcher_port(launcher, master_port)
     overrides = dict(overrides)
     source = None
     if resume not in (None, ""):
@@ -253,20 +300,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         overrides = _resume_overrides(source, overrides, script)
     overrides["accelerator"] = accelerator
     model = overrides.pop("model", None) or "bert"
-    user_args = user_ds = from_script = None
+    user_args = user_ds = from_script = tree = None
     if script is not None:
         script = str(script)
-        if not Path(script).is_file():
-            raise PlanError(f"script {script} is not a file on the controller", "-e script",
-                            "give -e script=<path to your training script, e.g. run_mlm.py> (relative paths are "
-                            f"from {os.getcwd()})")
-        try:
-            user_args = script_args.split(script_args_value)
-            from_script = script_args.job_overrides(user_args)
-            user_ds = script_args.deepspeed_config(user_args)
-        except script_args.ScriptArgsError as exc:
-            raise PlanError(str(exc), "-e script_args", "see docs/own-script.md") from None
-        tree = parse_script(script)
+        user_args, from_script, user_ds, tree = _script_inputs(script, script_args_value)
         stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
         overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
         # the script's own Trainer runs with its own arguments: none of the preset's GPU defaults (global batch,
@@ -336,23 +373,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     nodes = list(shape["nodes"])
     head = nodes[0]
     hostfile = f"{run_dir}/hostfile"
-    deepspeed = f"{node['venv_dir']}/bin/deepspeed"
-    starters = [head] if launcher == "pdsh" else nodes
-    logs = {n: f"{run_dir}/{'train.log' if n == head else f'train-{n}.log'}" for n in starters}
-    commands = {
-        n: launch.deepspeed_argv(deepspeed, hostfile, shape["master_addr"], port, entry, argv,
-                                 include=shape.get("include") or "", single_node=bool(shape["single_node"]),
-                                 node_rank=nodes.index(n) if launcher == "ansible" else None)
-        for n in starters
-    }
     stage = (ds_config.get("zero_optimization") or {}).get("stage") if isinstance(ds_config, dict) else None
     stage = stage if isinstance(stage, int) else None
-    if len(nodes) > 1:
-        # the head's launcher runs under train/node/checkpoints.py, which gathers every node's part of each checkpoint
-        # onto the head while the run goes on (output_dir is node-local)
-        commands[head] = [f"{node['venv_dir']}/bin/python", "-m", "train.node.checkpoints", "supervise", "--output", output,
-                          "--world-size", str(world), *(["--zero-stage", str(stage)] if stage is not None else []),
-                          "--hosts", ",".join(nodes[1:]), "--", *commands[head]]
+    commands, logs = _launch_commands(launcher=launcher, shape=shape, venv_dir=node["venv_dir"], run_dir=run_dir,
+                                      port=port, entry=entry, argv=argv, output=output, zero_stage=stage)
     ranks = {n: int(shape["ranks"][n]) for n in nodes}
     plan = {
         "run_name": run,
