@@ -81,7 +81,7 @@ def test_check_mode_prints_the_plan_and_launches_nothing_from_another_directory(
     proc, text = check(tmp_path, inventory(tmp_path), "-e", "run_name=checkonly")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert re.search(r"launch on localhost: \S+/bin/deepspeed --hostfile \S+/runs/checkonly/hostfile "
-                     r"--master_addr 127\.0\.0\.1 --master_port 29500 --no_ssh_check train/pretrain\.py", text)
+                     r"--master_addr 127\.0\.0\.1 --master_port 29500 --no_ssh_check --module train\.rank\.pretrain ", text)
     assert "global batch 16" in text and "Show the nodes side by side" in text  # plan and preflight ran
     assert not (tmp_path / "outputs").exists()
     dsc_root = Path(yaml.safe_load((LOCAL / "group_vars" / "all.yml").read_text())["dsc_root"])
