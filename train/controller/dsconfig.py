@@ -29,12 +29,12 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
 A bad job, template or world size raises train.common.job.JobError; the CLI prints it as one line and exits 2.
 """
 
-import argparse
 import copy
 import json
 import sys
 from pathlib import Path
 
+from train.common import cli
 from train.common.job import JobError, check_precision, load_job
 from train.common.jsonio import write_json_atomic
 
@@ -311,34 +311,27 @@ def describe(config, world_size):
             f"offload {offload}, {sched}")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"error: {message} (command line); see `python -m train.controller.dsconfig --help`\n")
-
-
 def main(args=None):
     """CLI entry point; returns the exit status (0 ok, 2 user mistake with one line on stderr)."""
-    parser = _Parser(prog="python -m train.controller.dsconfig", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = cli.Parser(prog="python -m train.controller.dsconfig", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=cli.Parser)
     ren = sub.add_parser("render", help="write the job's DeepSpeed config atomically")
     ren.add_argument("--job", required=True, help="job JSON written by `python -m train.controller.resolve resolve`")
     ren.add_argument("--world-size", required=True, type=int, help="total ranks (sum of the inventory's slots)")
     ren.add_argument("--templates", required=True, help="dir with zero0.json .. zero3.json")
     ren.add_argument("--out", required=True, help="DeepSpeed config JSON to write")
     opts = parser.parse_args(args)
-    try:
-        job = load_job(opts.job)
-        config = render(job, opts.world_size, opts.templates)
+
+    def render_to_file():
+        config = render(load_job(opts.job), opts.world_size, opts.templates)
         try:
             write_json_atomic(opts.out, config)
         except OSError as exc:
             raise JobError(f"cannot write DeepSpeed config: {exc.strerror or exc}", opts.out,
                            "check that its directory exists and is writable") from None
-    except JobError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"{describe(config, opts.world_size)} -> {opts.out}")
-    return 0
+        print(f"{describe(config, opts.world_size)} -> {opts.out}")
+
+    return cli.run(render_to_file, JobError)
 
 
 if __name__ == "__main__":

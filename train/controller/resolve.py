@@ -12,7 +12,6 @@ its `sizes.<model_size>` block overrides some of them; the user's overrides come
 `error: <what is wrong> (<where>); <how to fix>`.
 """
 
-import argparse
 import datetime
 import json
 import sys
@@ -22,6 +21,7 @@ import yaml
 
 from train.common.job import (CHOICES, FAMILIES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
                               resolve_precision, validate)
+from train.common import cli
 from train.common.jsonio import write_json_atomic
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
@@ -400,23 +400,16 @@ def summary(job, out=None):
     return f"{line} -> {out}" if out else line
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors are one line with exit status 2 like every other user mistake."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message} (command line); see `python -m train.controller.resolve --help`\n")
-
-
 def _parser():
-    parser = _Parser(prog="python -m train.controller.resolve", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = cli.Parser(prog="python -m train.controller.resolve", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=cli.Parser)
     sub.add_parser("keys", help="print the JSON list of keys a user may override with -e key=value")
     res = sub.add_parser("resolve", help="preset + size + overrides -> validated job JSON (atomic write)")
     res.add_argument("--model", help=f"preset name (train/presets/<model>.yml): {', '.join(available_models())}")
     res.add_argument("--overrides", default="{}", help="JSON object of overrides; string values are coerced")
     res.add_argument("--out", required=True, help="job JSON to write")
     res.add_argument("--world-size", type=int, default=1, help="ranks (sizes the auto micro batch; default 1)")
-    arg = sub.add_parser("argv", help="print the JSON list of train/rank/pretrain.py arguments for a job")
+    arg = sub.add_parser("argv", help="print the JSON list of train.rank.pretrain's arguments for a job")
     arg.add_argument("job", help="job JSON written by resolve")
     arg.add_argument("--dataset-dir", required=True)
     arg.add_argument("--output-dir", required=True)
@@ -427,32 +420,32 @@ def _parser():
 def main(args=None):
     """CLI entry point; returns the exit status (0 ok, 2 user mistake with one line on stderr)."""
     opts = _parser().parse_args(args)
-    try:
-        if opts.command == "keys":
-            print(json.dumps(override_keys()))
-        elif opts.command == "resolve":
-            try:
-                overrides = json.loads(opts.overrides)
-            except ValueError as exc:
-                raise JobError(f"--overrides is not valid JSON ({exc})", "command line",
-                               """pass a JSON object, e.g. '{"max_steps": 100}'""") from None
-            if not isinstance(overrides, dict):
-                raise JobError("--overrides must be a JSON object", "command line",
-                               """pass e.g. '{"max_steps": 100}'""")
-            job = resolve(opts.model, overrides, world_size=opts.world_size)
-            try:
-                write_json_atomic(opts.out, job)
-            except OSError as exc:
-                raise JobError(f"cannot write job file: {exc.strerror or exc}", opts.out,
-                               "check that its directory exists and is writable") from None
-            print(summary(job, opts.out))
-        elif opts.command == "argv":
-            job = load_job(opts.job)
-            print(json.dumps(argv(job, opts.dataset_dir, opts.output_dir, opts.deepspeed)))
-    except JobError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run(lambda: _command(opts), JobError)
+
+
+def _command(opts):
+    """The work of one sub-command (keys, resolve, argv); JobError for a user mistake."""
+    if opts.command == "keys":
+        print(json.dumps(override_keys()))
+    elif opts.command == "resolve":
+        try:
+            overrides = json.loads(opts.overrides)
+        except ValueError as exc:
+            raise JobError(f"--overrides is not valid JSON ({exc})", "command line",
+                           """pass a JSON object, e.g. '{"max_steps": 100}'""") from None
+        if not isinstance(overrides, dict):
+            raise JobError("--overrides must be a JSON object", "command line",
+                           """pass e.g. '{"max_steps": 100}'""")
+        job = resolve(opts.model, overrides, world_size=opts.world_size)
+        try:
+            write_json_atomic(opts.out, job)
+        except OSError as exc:
+            raise JobError(f"cannot write job file: {exc.strerror or exc}", opts.out,
+                           "check that its directory exists and is writable") from None
+        print(summary(job, opts.out))
+    elif opts.command == "argv":
+        job = load_job(opts.job)
+        print(json.dumps(argv(job, opts.dataset_dir, opts.output_dir, opts.deepspeed)))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import os
 import shlex
 import sys
 
+from train.common import cli
 from train.common.job import JobError, precision_of_flags
 
 #: TrainingArguments fields that map one-to-one onto job keys (and so reach ds_config's "auto" checks)
@@ -264,9 +265,9 @@ def output_dir_of(args: list[str], default: str) -> str:
     return training_arguments(args).output_dir or default
 
 
-def _cli_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m train.controller.script_args", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _cli_parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m train.controller.script_args", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=cli.Parser)
     o = sub.add_parser("overrides", help="print the job keys the script's arguments imply (JSON)")
     o.add_argument("--script-args", default="", help="JSON list or one shell-quoted string")
     a = sub.add_parser("argv", help="print {argv, output_dir} to launch the script with (JSON)")
@@ -280,17 +281,16 @@ def _cli_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 with one ``error:`` line on stderr for bad input)."""
     ns = _cli_parser().parse_args(argv)
-    try:
+
+    def command():
         args = split(ns.script_args)
         if ns.cmd == "overrides":
             print(json.dumps(job_overrides(args)))
         else:
             full = complete(args, ns.output_dir, ns.deepspeed, ns.data_dir)
             print(json.dumps({"argv": full, "output_dir": output_dir_of(full, ns.output_dir)}))
-    except ScriptArgsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return cli.run(command, ScriptArgsError)
 
 
 if __name__ == "__main__":

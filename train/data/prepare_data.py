@@ -55,6 +55,7 @@ from pathlib import Path
 
 from train.data import artifact, corpus
 from train.data.corpus import DataError
+from train.common import cli
 from train.common.job import DATA_FORMAT_VERSION, JobError, load_job
 
 VOCAB_WARN_FRACTION = 0.9  # warn when a trained tokenizer reaches less than this share of the vocab_size asked
@@ -593,11 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.job or not args.out:
         p.error("--job and --out are both required (or --verify ARTIFACT)")
     try:
-        return prepare(args.job, Path(args.out).resolve(), force=args.force, world_size=args.world_size,
-                       rehash=args.rehash)
-    except (DataError, JobError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli.run(lambda: prepare(args.job, Path(args.out).resolve(), force=args.force,
+                                       world_size=args.world_size, rehash=args.rehash), DataError, JobError)
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written, run the command again", file=sys.stderr)
         return 130
