@@ -1,7 +1,8 @@
 """Describe one node for the cluster check, as one JSON line on stdout.
 
 Run by roles/cluster_check (ansible.builtin.script) with the node venv's interpreter, next to the deepspeed role's
-probe.py (Python, torch and DeepSpeed versions, the pre-built ops), whose output preflight.py merges with this::
+deepspeed_probe module (Python, torch and DeepSpeed versions, the pre-built ops), whose result preflight.py merges
+with this::
 
     <venv>/bin/python node_report.py '{"accelerator": "cpu", "paths": {"local_ssd_dir": "/opt/...", ...}}'
 

@@ -1,6 +1,6 @@
 """roles/cluster_check/files/preflight.py and node_report.py: what the preflight finds in the nodes' reports taken
-together, on reports shaped exactly like the role's (probe.py + node_report.py run for real on this machine, merged
-by preflight.merge; the other "nodes" are edited copies)."""
+together, on reports shaped exactly like the role's (the deepspeed_probe module's probe() + node_report.py run for
+real on this machine, merged by preflight.merge; the other "nodes" are edited copies)."""
 
 import copy
 import importlib.util
@@ -13,11 +13,11 @@ import sys
 import pytest
 
 FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files")
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deepspeed", "files", "probe.py")
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "library")
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(FILES, name + ".py"))
+def load(name, directory=FILES):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -25,11 +25,12 @@ def load(name):
 
 preflight = load("preflight")
 node_report = load("node_report")
+deepspeed_probe = load("deepspeed_probe", LIBRARY)  # the preflight's module (a link to the deepspeed role's)
 
 
 @pytest.fixture(scope="module")
 def real_report(tmp_path_factory):
-    """node_report.py run for real with this interpreter, as the role runs it."""
+    """node_report.py run for real with this interpreter, as the role runs it, merged with the probe's result."""
     local = tmp_path_factory.mktemp("ssd")
     request = {"accelerator": "cpu", "paths": {"HOME": "~", "local_ssd_dir": str(local),
                                                "HF_HOME": str(local / "hf"),
@@ -37,9 +38,7 @@ def real_report(tmp_path_factory):
                                                "TORCH_EXTENSIONS_DIR": str(local / "torch_extensions")}}
     out = subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
                          capture_output=True, text=True, check=True, timeout=120)
-    probe = subprocess.run([sys.executable, PROBE], capture_output=True, text=True, check=True, timeout=120)
-    return preflight.merge(json.loads(probe.stdout.strip().splitlines()[-1]),
-                           json.loads(out.stdout.strip().splitlines()[-1]))
+    return preflight.merge(deepspeed_probe.probe(), json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def cluster(report, *names):
