@@ -1,6 +1,6 @@
 """The preflight's "one run at a time" facts, with real sockets and processes: train/node/rank_status.py's finder of a
-run's processes (which the preflight runs as a script), node_report.py's port_in_use, and preflight.py's refusal
-text."""
+run's processes (which the preflight runs as a script), the node_report module's port_in_use, and preflight.py's
+refusal text."""
 
 import json
 import socket
@@ -12,6 +12,7 @@ from pathlib import Path
 FILES = Path(__file__).resolve().parents[1] / "files"
 RANK_STATUS = Path(__file__).resolve().parents[3] / "train" / "rank_status.py"
 sys.path.insert(0, str(FILES))
+sys.path.insert(0, str(FILES.parent / "library"))
 
 import node_report  # noqa: E402
 import preflight  # noqa: E402
