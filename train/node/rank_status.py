@@ -13,10 +13,11 @@ rank whose file says null or ``error: ...`` on the node that failed first is the
 (:func:`dead_ranks`); the playbook reads the files from there (roles/train_launch/tasks/stop.yml).
 
 Also the one finder of a run's processes (:func:`run_processes`: its run directory ``<runs>/<run>/`` in their command
-line), used by the stop (:func:`stop_run`), the preflight's "one run at a time" (roles/cluster_check runs this file
-as a script) and the cluster tests; and the follower's liveness check (:func:`check_nodes`: from the head, over the
-cluster's ssh mesh with short timeouts, does every node answer and do its ranks live).
-Standard library only (it runs as a plain script too); nothing happens at import.
+line), used by the stop (:func:`stop_run`), the preflight's "one run at a time" and the cluster tests; and the
+follower's liveness check (:func:`check_nodes`: from the head, over the cluster's ssh mesh with short timeouts, does
+every node answer and do its ranks live). The playbooks run the controller's copy of this file on the nodes, its
+source on ``python -``'s stdin (roles/cluster_check's preflight, roles/train_launch's stop.yml), not the code staged
+there, which may be older. Standard library only (it runs as a plain script too); nothing happens at import.
 """
 
 from __future__ import annotations

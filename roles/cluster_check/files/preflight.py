@@ -1,4 +1,4 @@
-"""Judge the cluster from what every node reported (node_report.py) -- run on the controller, stdlib only.
+"""Judge the cluster from what every node reported (the node_report module) -- run on the controller, stdlib only.
 
     python preflight.py nodes  --input IN.json    # parity table, pdsh, disks, caches, the job's ops and GPUs
     python preflight.py health --input IN.json    # all-reduce table (allreduce.py's results) against thresholds
@@ -7,8 +7,8 @@ IN.json for ``nodes``::
 
     {"head": "head-1", "hosts": ["head-1", "worker-1"],           # hostfile order, head first
      "multi_node": true, "launcher": "pdsh", "min_free_bytes": 10000000000,
-     "probes": {"head-1": <roles/deepspeed/files/probe.py output>, ...},
-     "reports": {"head-1": <node_report.py output>, ...},
+     "probes": {"head-1": <the deepspeed_probe module's result (roles/deepspeed/library)>, ...},
+     "reports": {"head-1": <the node_report module's result (roles/cluster_check/library)>, ...},
      "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/node/rank_status.py processes (train.yml)
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null}
 
@@ -44,7 +44,7 @@ BF16_MIN_CC = (8, 0)
 
 
 def merge(probe, report):
-    """One node's facts: the deepspeed role's probe.py output (versions, pre-built ops) + node_report.py's
+    """One node's facts: the deepspeed role's deepspeed_probe result (versions, pre-built ops) + node_report's
     (venv, NCCL, GPUs, pdsh, paths), flattened to the keys PARITY and the checks below read."""
     torch = probe.get("torch") or {}
     deepspeed = probe.get("deepspeed") or {}

@@ -1,6 +1,6 @@
 """The preflight's "one run at a time" facts, with real sockets and processes: train/node/rank_status.py's finder of a
-run's processes (which the preflight runs as a script), node_report.py's port_in_use, and preflight.py's refusal
-text."""
+run's processes (which the preflight runs as its source on python's stdin), the node_report module's port_in_use,
+and preflight.py's refusal text."""
 
 import json
 import socket
@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 FILES = Path(__file__).resolve().parents[1] / "files"
-RANK_STATUS = Path(__file__).resolve().parents[3] / "train" / "rank_status.py"
+RANK_STATUS = Path(__file__).resolve().parents[3] / "train" / "node" / "rank_status.py"
 sys.path.insert(0, str(FILES))
+sys.path.insert(0, str(FILES.parent / "library"))
 
 import node_report  # noqa: E402
 import preflight  # noqa: E402
@@ -40,18 +41,16 @@ def test_a_listener_holds_the_port_and_an_ended_connection_does_not():
 
 
 def test_the_preflight_finds_a_running_run_by_its_run_directory(tmp_path):
-    """rank_status.py run as the preflight runs it (a plain script, copied alone to the node): a process with
-    <runs>/r1/ in its command line is r1's; a follower's tail of r1's log is not; nothing once it ended."""
+    """rank_status.py run as the preflight runs it (its source on `python -`'s stdin, no code of the project on the
+    node): a process with <runs>/r1/ in its command line is r1's; a follower's tail of r1's log is not; nothing once
+    it ended."""
     runs = tmp_path / "runs"
     (runs / "r1").mkdir(parents=True)
     (runs / "r1" / "train.log").write_text("x\n")
-    script = tmp_path / "copied" / "rank_status.py"
-    script.parent.mkdir()
-    script.write_text(RANK_STATUS.read_text())
 
     def found():
-        out = subprocess.run([sys.executable, str(script), "processes", str(runs)], capture_output=True, text=True,
-                             check=True, cwd=tmp_path).stdout
+        out = subprocess.run([sys.executable, "-", "processes", str(runs)], input=RANK_STATUS.read_text(),
+                             capture_output=True, text=True, check=True, cwd=tmp_path).stdout
         return json.loads(out)
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--output_dir={runs}/r1/output"])

@@ -1,6 +1,7 @@
-"""roles/cluster_check/files/preflight.py and node_report.py: what the preflight finds in the nodes' reports taken
-together, on reports shaped exactly like the role's (probe.py + node_report.py run for real on this machine, merged
-by preflight.merge; the other "nodes" are edited copies)."""
+"""roles/cluster_check/files/preflight.py and the node_report module: what the preflight finds in the nodes' reports
+taken together, on reports shaped exactly like the role's (the deepspeed_probe and node_report modules' functions run
+for real on this machine, merged by preflight.merge; the other "nodes" are edited copies); node_report run as the
+role runs it, through Ansible, on this machine and on a stand-in GPU node."""
 
 import copy
 import importlib.util
@@ -13,33 +14,33 @@ import sys
 import pytest
 
 FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files")
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deepspeed", "files", "probe.py")
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "library")
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(FILES, name + ".py"))
+def load(name, directory=FILES):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 preflight = load("preflight")
-node_report = load("node_report")
+node_report = load("node_report", LIBRARY)
+deepspeed_probe = load("deepspeed_probe", LIBRARY)  # the preflight's module (a link to the deepspeed role's)
 
 
 @pytest.fixture(scope="module")
-def real_report(tmp_path_factory):
-    """node_report.py run for real with this interpreter, as the role runs it."""
+def request_paths(tmp_path_factory):
+    """The paths the role asks node_report about, on a fresh local directory."""
     local = tmp_path_factory.mktemp("ssd")
-    request = {"accelerator": "cpu", "paths": {"HOME": "~", "local_ssd_dir": str(local),
-                                               "HF_HOME": str(local / "hf"),
-                                               "HF_DATASETS_CACHE": str(local / "hf" / "datasets"),
-                                               "TORCH_EXTENSIONS_DIR": str(local / "torch_extensions")}}
-    out = subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
-                         capture_output=True, text=True, check=True, timeout=120)
-    probe = subprocess.run([sys.executable, PROBE], capture_output=True, text=True, check=True, timeout=120)
-    return preflight.merge(json.loads(probe.stdout.strip().splitlines()[-1]),
-                           json.loads(out.stdout.strip().splitlines()[-1]))
+    return {"HOME": "~", "local_ssd_dir": str(local), "HF_HOME": str(local / "hf"),
+            "HF_DATASETS_CACHE": str(local / "hf" / "datasets"), "TORCH_EXTENSIONS_DIR": str(local / "torch_extensions")}
+
+
+@pytest.fixture(scope="module")
+def real_report(request_paths):
+    """node_report's and deepspeed_probe's functions run for real with this interpreter, merged as the role does."""
+    return preflight.merge(deepspeed_probe.probe(), node_report.node_report("cpu", request_paths))
 
 
 def cluster(report, *names):
@@ -55,6 +56,28 @@ def test_node_report_describes_this_machine(real_report):
     hf = real_report["paths"]["HF_HOME"]
     assert hf["exists"] is False and hf["checked"] == os.path.realpath(ssd["path"])
     assert real_report["paths"]["HOME"]["path"] == "~"
+
+
+@pytest.mark.slow  # runs ansible
+def test_the_module_returns_the_report_in_check_mode(run_module, request_paths):
+    result = run_module("cluster_check", "node_report", {"accelerator": "cpu", "paths": request_paths}, check=True)
+    assert result["changed"] is False and not result.get("failed"), result
+    expected = node_report.node_report("cpu", request_paths)
+    for described in list(expected["paths"].values()) + list(result["paths"].values()):
+        described.pop("free_bytes")  # moves between the two calls
+    assert {key: result[key] for key in expected} == expected and "master_port_in_use" not in result
+
+
+def test_a_path_that_cannot_be_described_fails_with_the_fix(monkeypatch):
+    def broken_mount(path):  # a stale NFS mount
+        raise OSError(116, "Stale file handle", path)
+
+    monkeypatch.setattr(node_report.os, "statvfs", broken_mount)
+    with pytest.raises(node_report.PathError) as failure:
+        node_report.node_report("cpu", {"local_ssd_dir": "/"})
+    assert str(failure.value) == ("local_ssd_dir / cannot be described on this node (/: Stale file handle); repair "
+                                  "that mount, or point the inventory's local_ssd_dir (node_env's caches under it) "
+                                  "at a node-local disk")
 
 
 def test_mount_of_picks_the_longest_mount_point(tmp_path):
@@ -265,14 +288,19 @@ def gpu_node(tmp_path):
     return site, env
 
 
-def run_report(env, request):
-    out = subprocess.run([sys.executable, os.path.join(FILES, "node_report.py"), json.dumps(request)],
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+@pytest.fixture
+def run_report(run_module):
+    """node_report run as the role runs it (through Ansible) in the environment ``env``, with ``request``."""
+    def run(env, request):
+        result = run_module("cluster_check", "node_report", request, env=env)
+        assert not result.get("failed"), result
+        return result
+
+    return run
 
 
-def test_node_report_reads_gpus_and_nccl_without_torch(gpu_node):
+@pytest.mark.slow  # runs ansible
+def test_node_report_reads_gpus_and_nccl_without_torch(gpu_node, run_report):
     _, env = gpu_node
     report = run_report(dict(env, FAKE_TORCH_RAISES="1"), {"accelerator": "cuda"})
     assert report["gpus"] == [{"index": 0, "name": "NVIDIA H200", "cc": "9.0"},
@@ -280,9 +308,10 @@ def test_node_report_reads_gpus_and_nccl_without_torch(gpu_node):
     assert report["nccl"] == "2.28.9"
 
 
+@pytest.mark.slow  # runs ansible
 @pytest.mark.parametrize("case", ["CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH", "MIG", "no nvidia-smi",
                                   "torch's own libnccl"])
-def test_node_report_asks_torch_where_it_could_see_otherwise(gpu_node, case):
+def test_node_report_asks_torch_where_it_could_see_otherwise(gpu_node, run_report, case):
     """Where nvidia-smi or the wheel's library could differ from what torch sees, torch answers (its GPU name shows
     it), and the NCCL version is still the loaded library's (2.28.9), not the headers torch was built with."""
     site, env = gpu_node

@@ -1,15 +1,14 @@
-"""roles/python_env/files/bytecode.py: run for real in a fresh venv whose site-packages has no bytecode, with
-PYTHONDONTWRITEBYTECODE=1 as in the H200 image (so Python itself never writes any)."""
+"""roles/python_env/library/venv_bytecode.py run as the role runs it (through Ansible, with the venv's interpreter) in
+a fresh venv whose site-packages has no bytecode, with PYTHONDONTWRITEBYTECODE=1 as in the H200 image (so Python
+itself never writes any): changed only when it compiled something; not run in check mode."""
 
-import json
 import os
 import subprocess
-import sys
 import venv
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "files", "bytecode.py")
+pytestmark = pytest.mark.slow  # a fresh virtual environment, ansible
 
 
 @pytest.fixture
@@ -29,9 +28,18 @@ def env_without_bytecode(tmp_path):
     return python, package, env
 
 
-def run(python, env):
-    out = subprocess.run([python, SCRIPT], capture_output=True, text=True, env=env, timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+@pytest.fixture
+def run(run_module, env_without_bytecode):
+    """run() -> the module's result in the fresh venv (asserted a success), changed only when it compiled."""
+    python, _, env = env_without_bytecode
+
+    def run_once():
+        result = run_module("python_env", "venv_bytecode", {"venv": os.path.dirname(os.path.dirname(python))},
+                            python=python, env=env)
+        assert not result.get("failed") and result["changed"] == (result["compiled"] > 0), result
+        return result
+
+    return run_once
 
 
 def loads_from_bytecode(python, package, env):
@@ -40,13 +48,15 @@ def loads_from_bytecode(python, package, env):
     return "matches %s" % os.path.join(package, "__init__.py") in out.stderr
 
 
-def test_compiles_what_is_stale_once_and_python_then_reads_it(env_without_bytecode):
+def test_compiles_what_is_stale_once_and_python_then_reads_it(env_without_bytecode, run, run_module):
     python, package, env = env_without_bytecode
     assert not loads_from_bytecode(python, package, env)
-    first = run(python, env)
+    skipped = run_module("python_env", "venv_bytecode", python=python, env=env, check=True)
+    assert skipped.get("skipped") is True and not loads_from_bytecode(python, package, env)  # it writes: no check mode
+    first = run()
     assert (first["stale"], first["compiled"]) == (2, 1) and first["modules"] >= 2
     assert loads_from_bytecode(python, package, env)
-    second = run(python, env)
+    second = run()
     assert (second["stale"], second["compiled"]) == (1, 0)  # only the file that cannot compile
     # a changed source is stale again, as importlib judges it: here only its size differs (same mtime, as when it is
     # rewritten within the second its .pyc was written)
@@ -56,6 +66,6 @@ def test_compiles_what_is_stale_once_and_python_then_reads_it(env_without_byteco
         handle.write("OTHER = 2\n")
     os.utime(init, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert not loads_from_bytecode(python, package, env)
-    third = run(python, env)
+    third = run()
     assert (third["stale"], third["compiled"]) == (2, 1)
     assert loads_from_bytecode(python, package, env)

@@ -1,28 +1,103 @@
-"""Describe one node for the cluster check, as one JSON line on stdout.
+#!/usr/bin/python
+"""Describe one node for the cluster check: an Ansible module.
 
-Run by roles/cluster_check (ansible.builtin.script) with the node venv's interpreter, next to the deepspeed role's
-probe.py (Python, torch and DeepSpeed versions, the pre-built ops), whose output preflight.py merges with this::
-
-    <venv>/bin/python node_report.py '{"accelerator": "cpu", "paths": {"local_ssd_dir": "/opt/...", ...}}'
-
-Output keys: ``python`` (sys.executable), ``venv`` (sys.prefix), ``nccl`` (``"2.21.5"`` or null), ``gpus``
-(``[{"index": 0, "name": ..., "cc": "9.0"}]``, empty on CPU), ``pdsh`` (path or null) and ``paths``: for each named
-path its nearest existing directory, file-system type (/proc/self/mountinfo), whether that type is a network file
-system, free bytes, and whether a POSIX lock (fcntl.lockf) can be taken there (null when not tested). On
-accelerator=cuda the GPUs come from ``nvidia-smi`` and NCCL's version from ``ncclGetVersion`` of the NCCL wheel the
-venv's torch loads (well under a second); torch itself (seconds: import and CUDA start) is asked only where that
-answer could differ from what a rank sees (see ``fast_gpus_and_nccl``). With ``master_port``:
-``master_port_in_use``. (The runs still
-running on the node come from train/node/rank_status.py's finder, run as a script of its own: one finder of a run's
-processes.)
+Run by roles/cluster_check's preflight with the node venv's interpreter (the task sets ``ansible_python_interpreter:
+"{{ venv_dir }}/bin/python"``), next to the deepspeed role's deepspeed_probe (Python, torch and DeepSpeed versions,
+the pre-built ops), whose result preflight.py merges with this one (the keys of RETURN below). On accelerator=cuda the
+GPUs come from ``nvidia-smi`` and NCCL's version from ``ncclGetVersion`` of the NCCL wheel the venv's torch loads
+(well under a second); torch itself (seconds: import and CUDA start) is asked only where that answer could differ from
+what a rank sees (see ``fast_gpus_and_nccl``). (The runs still running on the node come from
+train/node/rank_status.py's finder: one finder of a run's processes.) Only reads: ``changed`` is always false, and it
+runs in check mode too. The functions import nothing outside the standard library at import (the role tests call them
+with the node venv, which has no Ansible); ``main`` is the module.
 """
 
 import fcntl
-import json
 import os
 import shutil
 import sys
 import tempfile
+
+DOCUMENTATION = r"""
+---
+module: node_report
+short_description: Describe a node for the cluster check (venv, NCCL, GPUs, pdsh, disks, file locks, master port)
+description:
+  - Describes the Python interpreter the module runs with; run it with the node venv's
+    (C(ansible_python_interpreter={{ venv_dir }}/bin/python)).
+  - Only reads (a lock test takes a lock on a temporary file and removes it); never reports a change; supports check
+    mode.
+options:
+  venv:
+    description: The node's C(venv_dir); fails when the interpreter is not C(<venv>/bin/python) (node_venv.py).
+    type: path
+  accelerator:
+    description: C(cuda) reads the GPUs and NCCL's version; C(cpu) reports none.
+    type: str
+    choices: [cpu, cuda]
+    default: cpu
+  paths:
+    description:
+      - Named paths to describe, C({name: path}); a path is taken as given (C(~) is not expanded).
+    type: dict
+    default: {}
+  master_port:
+    description: A TCP port to test on this node (the launcher's master port on the head); 0 tests none.
+    type: int
+    default: 0
+author: deepspeed-cluster
+"""
+
+EXAMPLES = r"""
+- name: Describe this node
+  node_report:
+    venv: "{{ venv_dir }}"
+    accelerator: cuda
+    master_port: 29500
+    paths:
+      local_ssd_dir: "{{ local_ssd_dir }}"
+  vars:
+    ansible_python_interpreter: "{{ venv_dir }}/bin/python"
+  register: report
+"""
+
+RETURN = r"""
+python:
+  description: The interpreter (sys.executable).
+  returned: always
+  type: str
+venv:
+  description: Its prefix (sys.prefix).
+  returned: always
+  type: str
+nccl:
+  description: The NCCL version torch loads, "major.minor.patch"; null on CPU or when none is found.
+  returned: always
+  type: str
+  sample: "2.21.5"
+gpus:
+  description: The GPUs as torch sees them; empty on CPU.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"index": 0, "name": "NVIDIA H200", "cc": "9.0"}]
+pdsh:
+  description: The path of pdsh, or null.
+  returned: always
+  type: str
+paths:
+  description:
+    - For each named path, C({path, exists, checked, mount, fs, network, free_bytes, locks}) -- its nearest existing
+      directory (C(checked)), the mount and file-system type holding it (/proc/self/mountinfo), whether that type is a
+      network file system, the free bytes there, and whether a POSIX lock (fcntl.lockf) can be taken there (null
+      when it is not writable).
+  returned: always
+  type: dict
+master_port_in_use:
+  description: Whether a TCP listener holds C(master_port) on this node.
+  returned: when master_port is not 0
+  type: bool
+"""
 
 # File-system types whose data lives on another machine (a dataset cache or build directory there is shared by
 # every node and every rank). From util-linux's and the kernel's type names.
@@ -124,7 +199,7 @@ def fast_gpus_and_nccl():
     CUDA_VISIBLE_DEVICES is set or a GPU is in MIG mode (CUDA then shows other devices than nvidia-smi's list),
     when LD_PRELOAD or a libnccl.so* on LD_LIBRARY_PATH could load another NCCL than the wheel's, when torch ships
     its own libnccl (torch/lib), or when nvidia-smi, torch or the wheel is missing or fails. The environment is the
-    one this script runs in (Ansible's), as it was for torch's answer.
+    one this module runs in (Ansible's), as it was for torch's answer.
     """
     import subprocess
 
@@ -213,21 +288,52 @@ def port_in_use(port):
     return False
 
 
-def main():
-    request = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+class PathError(Exception):
+    """A named path cannot be described (a broken mount: ESTALE, EIO): the module's failure message."""
+
+
+def node_report(accelerator="cpu", paths=None, master_port=0):
+    """This node's description: the keys of RETURN. ``paths``: {name: path}; ``master_port``: 0 for none.
+    Raises PathError (what, where, fix) when a path's file system cannot be read."""
+    described = {}
+    for name, path in sorted((paths or {}).items()):
+        try:
+            described[name] = describe_path(path)
+        except OSError as exc:
+            raise PathError("%s %s cannot be described on this node (%s: %s); repair that mount, or point the "
+                            "inventory's local_ssd_dir (node_env's caches under it) at a node-local disk"
+                            % (name, path, exc.filename, exc.strerror or exc)) from exc
     report = {
         "python": sys.executable,
         "venv": sys.prefix,
         "nccl": None,
         "gpus": [],
         "pdsh": shutil.which("pdsh"),
-        "paths": {name: describe_path(path) for name, path in sorted((request.get("paths") or {}).items())},
+        "paths": described,
     }
-    if request.get("accelerator") == "cuda":
+    if accelerator == "cuda":
         report["gpus"], report["nccl"] = gpus_and_nccl()
-    if request.get("master_port"):
-        report["master_port_in_use"] = port_in_use(request["master_port"])
-    print(json.dumps(report))
+    if master_port:
+        report["master_port_in_use"] = port_in_use(master_port)
+    return report
+
+
+def main():
+    # imported here: the role tests import this file's functions with the node venv's Python, which has no Ansible
+    from ansible.module_utils.basic import AnsibleModule
+    from ansible.module_utils.node_venv import VENV_OPTION, refuse_other_python
+
+    module = AnsibleModule(argument_spec={"venv": VENV_OPTION,
+                                          "accelerator": {"type": "str", "choices": ["cpu", "cuda"], "default": "cpu"},
+                                          "paths": {"type": "dict", "default": {}},
+                                          "master_port": {"type": "int", "default": 0}},
+                           supports_check_mode=True)
+    refuse_other_python(module, "node_report")
+    try:
+        report = node_report(module.params["accelerator"], module.params["paths"], module.params["master_port"])
+    except PathError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **report)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+../../deepspeed/library/deepspeed_probe.py

@@ -1,0 +1,1 @@
+../../python_env/module_utils/node_venv.py
