@@ -254,7 +254,7 @@ def test_a_scripts_own_deepspeed_file_is_the_runs_recorded_and_staged_config(tmp
     the staged copy on the node are its exact text; job.json holds only the job keys that apply to a script."""
     import yaml
 
-    from train.common.job import SCRIPT_KEYS
+    from train.controller.resolve import SCRIPT_KEYS
     from train.tests.test_plan import PLAIN_DS
 
     script = tmp_path / "plain_ds.py"

@@ -101,3 +101,66 @@ def test_staging_copies_exactly_the_packages_that_run_on_nodes():
     assert excluded == {pkg for pkg, (_, staged) in RULES.items() if not staged}
     packages = {p.name for p in TRAIN.iterdir() if (p / "__init__.py").is_file() or p.name == "tests"}
     assert packages - {"presets"} <= set(RULES), f"a package without a rule: {packages - set(RULES)}"
+
+
+def _defined_names(path: Path) -> set[str]:
+    """The names a module defines or imports at any level (what ``from <module> import name`` may ask for)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def test_every_name_imported_from_train_exists():
+    """`from train.<package>.<module> import name` anywhere in the repository (tests, roles' plugins, molecule
+    verifiers: code that only a slow tier imports) names a module and a name that exist."""
+    mods = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in TRAIN.rglob("*.py")}  # the tests' modules too
+    sources = [p for top in ("train", "roles", "molecule") for p in (REPO / top).rglob("*.py")]
+    bad = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "train"):
+                continue
+            where = f"{path.relative_to(REPO)}:{node.lineno}"
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in mods:  # from train.rank import bootstrap
+                    continue
+                if node.module not in mods:
+                    bad.append(f"{where}: no module {node.module}")
+                elif alias.name not in _defined_names(mods[node.module]):
+                    bad.append(f"{where}: {node.module} has no {alias.name}")
+    assert not bad, "\n".join(bad)
+    assert len(sources) > 100
+
+
+# `-m train.x.y`, "train.x.y" as a word of a command, train/x/y.py: module paths that no import checks
+_MODULE_STRING = re.compile(r"(?<![\w.])(train\.(?:common|controller|data|node|rank|tools)\.\w+)(?![\w/])")
+_MODULE_PATH = re.compile(r"(?<![\w./])(train/(?:common|controller|data|node|rank|tools)/\w+\.py)\b")
+
+
+def test_every_module_named_in_a_string_exists():
+    """Module paths written as text -- `python -m train.node.checkpoints` in a task, the launch entry, a test's
+    command, a docs page -- name modules that exist (a moved module leaves no import error there)."""
+    mods = modules()
+    files = [p for p in REPO.rglob("*") if p.is_file() and p.suffix in (".py", ".yml", ".yaml", ".sh", ".md", ".j2")
+             and not {".git", ".venv", "collections", "benchmarks"} & set(p.relative_to(REPO).parts)]
+    files.append(REPO / "Makefile")
+    bad = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in _MODULE_STRING.finditer(text):
+            name = match.group(1)
+            if name not in mods and not any(m.startswith(name + ".") for m in mods):
+                bad.append(f"{path.relative_to(REPO)}: {name}")
+        for match in _MODULE_PATH.finditer(text):
+            if not (REPO / match.group(1)).is_file():
+                bad.append(f"{path.relative_to(REPO)}: {match.group(1)}")
+    assert not bad, "\n".join(sorted(set(bad)))
