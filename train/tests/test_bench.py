@@ -57,3 +57,13 @@ def test_import_profile_of_a_real_importtime_log():
     assert seconds == sorted(seconds, reverse=True) and 0 < sum(seconds) <= profile["total_s"] + 0.05
     assert profile["total_s"] > 0.5  # torch and transformers take more than that anywhere
     assert bench.import_profile(proc.stderr, root="no.such.module") is None
+
+
+def test_scaling_rounds_once_where_it_is_shown():
+    """The efficiency is kept whole and rounded only where shown: 0.613495 is "61.3 %" in the table and in the
+    target line alike (rounded to 4 places first, it became 0.6135 and "61.4 %" beside a raw "61.3 %")."""
+    rows = [{"series": "s", "label": f"{n} rank(s)", "world_size": n, "samples_per_second": sps, "micro_batch": 8,
+             "accumulation": 1} for n, sps in ((1, 100.0), (2, 122.699))]
+    top = bench.scaling(rows)[-1]
+    assert top["efficiency"] == 122.699 / 2 / 100.0
+    assert f"{100 * top['efficiency']:.1f}" == "61.3" and f"{100 * round(top['efficiency'], 4):.1f}" == "61.4"

@@ -242,7 +242,7 @@ def scaling(rows: list[dict]) -> list[dict]:
     Rows without a ``series``, a world size or a steady samples/s are left out; of several rows of one series and
     world size (a call repeated on the same machine) the last one counts. Returns, per series in order of
     first appearance and by world size: {"series", "world_size", "samples_per_second", "per_gpu" (samples/s per
-    rank), "speedup", "efficiency" (fractions, rounded to 4 places), "per_gpu_batch" (micro x accumulation),
+    rank), "speedup", "efficiency" (fractions, not rounded), "per_gpu_batch" (micro x accumulation),
     "label", "base_world_size", "note"}. A run whose per-GPU batch differs from the base run's gets no efficiency (None) and a note:
     a different batch per GPU is not the same work per GPU."""
     series: dict[str, dict[int, dict]] = {}
@@ -265,8 +265,10 @@ def scaling(rows: list[dict]) -> list[dict]:
                 "series": name, "world_size": r["world_size"], "label": r["label"],
                 "samples_per_second": r["samples_per_second"], "per_gpu": round(per_gpu, 2),
                 "per_gpu_batch": f"{r.get('micro_batch')} x {r.get('accumulation')}",
-                "speedup": round(r["samples_per_second"] / base["samples_per_second"], 4) if same else None,
-                "efficiency": round(per_gpu / base_per_gpu, 4) if same else None,
+                # not rounded here: the table and the target line each round once (rounding twice turned
+                # 0.61349 into "61.4 %")
+                "speedup": r["samples_per_second"] / base["samples_per_second"] if same else None,
+                "efficiency": per_gpu / base_per_gpu if same else None,
                 "base_world_size": base["world_size"],
                 "note": None if same else (f"per-GPU batch {batch(r)[0]} x {batch(r)[1]} differs from the "
                                            f"{base['world_size']}-rank run's {batch(base)[0]} x {batch(base)[1]}"),
