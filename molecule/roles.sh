@@ -8,9 +8,7 @@
 #   molecule/roles.sh cuda/distro nccl       # some: role or role/scenario
 #
 # cuda/distro spends its time downloading and unpacking 1.6 GB of packages rather than on the CPU: it runs in the
-# background next to the others. The others run in DSC_MOLECULE_LANES lanes (default 2: a scenario waits on pip,
-# apt and podman much of its time), longest first into the lane with the least work; each scenario's log is printed
-# whole when it ends, so lanes never interleave. DSC_MOLECULE_SERIAL=1 runs everything in line, its output live.
+# background next to the others (its log is printed when it ends); DSC_MOLECULE_SERIAL=1 runs it in line.
 # Needs root, podman and the localhost/bookworm-node image (molecule/images/build.sh), and the wheelhouse
 # (molecule/images/wheelhouse.sh) for python_env and deepspeed; both are made here when missing.
 set -uo pipefail
@@ -54,48 +52,22 @@ run() {  # run SCENARIO: molecule test, then one summary line in $results/SCENAR
 }
 
 results=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$results"' EXIT
-# about how long each scenario takes alone on 2 cores (docs/benchmarks/provisioning-and-demo.md): to fill the lanes
-declare -A seconds=([cuda/preinstalled]=110 [python_env/default]=200 [nccl/default]=110 [deepspeed/default]=165
-                    [node_env/default]=70)
-run_kept() {  # run SCENARIO with its output kept until it ends, then printed whole
-  local sc=$1 log="$results/${sc//\//_}.log"
-  run "$sc" >"$log" 2>&1
-  { flock 9; cat "$log"; } 9>"$results/print.lock"
-}
-lanes=${DSC_MOLECULE_LANES:-2}
-[[ -n ${DSC_MOLECULE_SERIAL:-} ]] && lanes=1
-queue=()
+bg_pid=
+trap '[[ -n $bg_pid ]] && kill "$bg_pid" 2>/dev/null; rm -rf "$results"' EXIT
 for sc in "${selected[@]}"; do
-  if [[ $sc == "$background" && ${#selected[@]} -gt 1 && $lanes -gt 1 ]]; then
+  if [[ $sc == "$background" && ${#selected[@]} -gt 1 && -z ${DSC_MOLECULE_SERIAL:-} ]]; then
     echo "== $(date +%T) $sc runs in the background; its log follows when it ends"
-    run_kept "$sc" &
-    pids+=($!)
+    run "$sc" >"$results/background.log" 2>&1 &
+    bg_pid=$!
   else
-    queue+=("$sc")
+    run "$sc"
   fi
 done
-if ((lanes <= 1 || ${#queue[@]} <= 1)); then
-  for sc in "${queue[@]}"; do run "$sc"; done
-else
-  declare -a lane_work lane_list
-  for ((l = 0; l < lanes; l++)); do lane_work[l]=0; lane_list[l]=""; done
-  while read -r _ sc; do  # longest first, each into the lane with the least work so far
-    best=0
-    for ((l = 1; l < lanes; l++)); do ((lane_work[l] < lane_work[best])) && best=$l; done
-    lane_work[best]=$(( lane_work[best] + ${seconds[$sc]:-120} ))
-    lane_list[best]+=" $sc"
-  done < <(for sc in "${queue[@]}"; do echo "${seconds[$sc]:-120} $sc"; done | sort -rn)
-  for ((l = 0; l < lanes; l++)); do
-    [[ -n ${lane_list[l]} ]] || continue
-    echo "== $(date +%T) lane $((l + 1)):${lane_list[l]}"
-    (for sc in ${lane_list[l]}; do run_kept "$sc"; done) &
-    pids+=($!)
-  done
+if [[ -n $bg_pid ]]; then
+  wait "$bg_pid"
+  echo "== $(date +%T) log of $background (ran in the background)"
+  cat "$results/background.log"
 fi
-for p in "${pids[@]}"; do wait "$p"; done
-pids=()
 
 echo "== role scenarios"
 failed=0
