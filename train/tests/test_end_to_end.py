@@ -216,6 +216,25 @@ def test_bad_input_stops_before_anything_runs(extra, expect, tmp_path):
         assert "Prepare data" not in proc.stdout
 
 
+def test_a_run_that_launched_and_failed_keeps_its_log(tmp_path):
+    """A script that dies at start: the run's directory keeps job.json, ds_config.json and train.log (with the
+    script's error), and the failure says where they are. Its run name is then taken."""
+    script = tmp_path / "dies.py"
+    script.write_text("raise SystemExit('dies-at-start: the data it needs is missing')\n")
+    out = tmp_path / "outputs"
+    extra = {"script": str(script), "run_name": "dies", "train_output_dir": str(out), "train_poll_seconds": 2}
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "dies.log", timeout=5 * 60)
+    assert proc.returncode != 0
+    text = " ".join(proc.stdout.split())
+    assert f"run dies failed: training exited with status" in text and f"is kept in {out}/dies" in text, text[-3000:]
+    assert {p.name for p in (out / "dies").iterdir()} >= {"job.json", "ds_config.json", "train.log", "hostfile"}
+    assert "dies-at-start: the data it needs is missing" in (out / "dies" / "train.log").read_text()
+    # each rank's own log came back too, its error in it, and the summary says the run failed
+    for rank, text in rank_logs(out / "dies").items():
+        assert "dies-at-start: the data it needs is missing" in text, (rank, text[-2000:])
+    assert "run dies: FAILED, what came back" in proc.stdout
+
+
 def rank_logs(run_dir, world_size=2):
     """The per-rank logs a run brought back, {rank: text}: ``run_dir/logs/<host>.rank<R>.log``, one per rank.
 
