@@ -159,7 +159,8 @@ def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_
     assert proc.returncode != 0
     for n in nodes:
         assert cluster.processes_of(n, run_a) == [], (n, cluster.processes_of(n, run_a))
-    assert (tmp_path / run_a / "train.log").stat().st_size > 0
+    kept = tmp_path / run_a / "train.log"
+    assert kept.is_file() and kept.stat().st_size > 0, " ".join(log.read_text().split())[-4000:]
     unknown = cluster.playbook("train.yml", "-e", "stop=no-such-run")
     assert unknown.returncode != 0
     assert "there is no run no-such-run on head-1" in " ".join(unknown.stdout.split())

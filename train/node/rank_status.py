@@ -203,9 +203,9 @@ def _args_of(pid: int) -> str:
         return ""
 
 
-def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0) -> dict:
+def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0, kill_wait_s: float = 15.0) -> dict:
     """End every process of ``run`` on this node: SIGTERM, up to ``term_wait_s`` seconds for them to go, SIGKILL
-    for what is left, then look again.
+    for what is left, up to ``kill_wait_s`` seconds for that to take, then look again.
 
     Returns ``{"stopped": bool (there was something to stop), "left": [[pid, command line], ...]}`` -- ``left`` is
     empty unless a process survived SIGKILL (e.g. stuck in the kernel).
@@ -228,7 +228,9 @@ def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0) -> dict:
             time.sleep(0.25)
         if pids():
             signal_all(pids(), signal.SIGKILL)
-            deadline = time.monotonic() + 2.0
+            # a killed process keeps its command line until the kernel has freed its memory: a rank's GBs take a
+            # while on a busy node
+            deadline = time.monotonic() + kill_wait_s
             while pids() and time.monotonic() < deadline:
                 time.sleep(0.1)
     return {"stopped": bool(found), "left": [[pid, _args_of(pid)] for pid in pids()]}

@@ -227,6 +227,7 @@ def test_a_run_that_launched_and_failed_keeps_its_log(tmp_path):
     assert proc.returncode != 0
     text = " ".join(proc.stdout.split())
     assert f"run dies failed: training exited with status" in text and f"is kept in {out}/dies" in text, text[-3000:]
+    assert "Every process of the run was stopped on" in text and "(none is left)" in text, text[-3000:]
     assert {p.name for p in (out / "dies").iterdir()} >= {"job.json", "ds_config.json", "train.log", "hostfile"}
     assert "dies-at-start: the data it needs is missing" in (out / "dies" / "train.log").read_text()
     # each rank's own log came back too, its error in it, and the summary says the run failed
