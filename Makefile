@@ -5,7 +5,8 @@ VENV     := .venv
 BIN      := $(VENV)/bin
 # The node virtual environment that site.yml makes on the local inventory (inventory/local/group_vars/all.yml).
 NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
-PYTEST_ARGS ?=
+# the slowest tests are listed at the end of each run (where CI time goes)
+PYTEST_ARGS ?= --durations=30
 
 .PHONY: setup provision demo lint test unit unit-fast cluster-test molecule bench
 

@@ -118,7 +118,7 @@ open("/root/corpus/train.txt", "w").write("\n".join(lines[:2000]) + "\n")'
 }
 
 verify() {
-  (cd "$repo" && python3 -m pytest -v -p no:cacheprovider "$here/verify.py" "$here/verify_faults.py" "$here/verify_resume.py")
+  (cd "$repo" && python3 -m pytest -v -p no:cacheprovider --durations=30 "$here/verify.py" "$here/verify_faults.py" "$here/verify_resume.py")
 }
 
 destroy() {
