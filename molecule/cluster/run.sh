@@ -4,7 +4,7 @@
 #
 #   molecule/cluster/run.sh test        # create -> converge -> verify -> destroy (what `make cluster-test` runs)
 #   molecule/cluster/run.sh create      # containers, controller key, wheelhouse
-#   molecule/cluster/run.sh converge    # site.yml + train.yml (pdsh launch) + train.yml -e launcher=ansible
+#   molecule/cluster/run.sh converge    # site.yml (with Slurm) + train.yml with each launcher (pdsh, ansible, slurm)
 #   molecule/cluster/run.sh verify      # pytest molecule/cluster/verify.py
 #   molecule/cluster/run.sh destroy
 #
@@ -83,7 +83,7 @@ converge() {
   log "playbooks/check.yml (parity table, ssh, disks, all-reduce health check)"
   playbook playbooks/check.yml 2>&1 | tee "$state/check.log"
   log "check.yml took $(( $(date +%s) - t0 )) s"
-  for mode in pdsh ansible; do
+  for mode in pdsh ansible slurm; do
     t0=$(date +%s)
     log "train.yml launcher=$mode"
     rm -rf "$state/outputs/$mode"

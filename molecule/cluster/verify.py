@@ -17,7 +17,7 @@ REPO = HERE.parent.parent
 from train.node.rank_status import run_of  # pytest.ini puts the repository on sys.path; one rule for a run's processes
 STATE = Path(os.environ.get("DSC_CLUSTER_STATE", "/var/tmp/dsc-cluster"))
 INVENTORY = HERE / "inventory"
-MODES = ["pdsh", "ansible"]
+MODES = ["pdsh", "ansible", "slurm"]  # -e launcher=...: one converge run each (run.sh)
 RUNS = "/opt/deepspeed-cluster/runs"  # <dsc_root>/runs on every node (inventory: dsc_root)
 
 
@@ -115,6 +115,27 @@ def test_ansible_launch_started_every_node_rank():
     for rank, node in enumerate(nodes):
         assert f"--node_rank={rank}" in logs or f"node_rank={rank}" in logs
     assert "pdsh" not in (d / "train.log").read_text()
+
+
+def test_slurm_registered_every_node_and_ran_the_job_on_all_of_them():
+    """site.yml's slurm role (slurm_enabled in the scenario's inventory): every node is a Slurm node, idle after the
+    run (scontrol show node); the slurm run's batch script got exactly the plan's nodes, srun started each node's
+    launcher (node ranks 0..2), and Slurm recorded the job, named after the run, as COMPLETED on all three nodes
+    (its job-completion log: no accounting database)."""
+    nodes, _ = inventory()
+    for node in nodes:
+        shown = podman_exec(nodes[0], "scontrol", "show", "node", node).stdout
+        assert f"NodeName={node} " in shown and re.search(r"State=IDLE\b", shown), shown
+    d = run_dir("slurm")
+    batch = (d / "slurm.out").read_text()
+    assert re.search(rf"Slurm job (\d+) on {' '.join(sorted(nodes))}: srun starts deepspeed on every node", batch), batch
+    logs = (d / "train.log").read_text() + "".join((d / f"train-{n}.log").read_text() for n in nodes[1:])
+    for rank in range(len(nodes)):
+        assert f"node_rank={rank}" in logs or f"--node_rank={rank}" in logs
+    record = [line for line in podman_exec(nodes[0], "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
+              if f" Name={d.name} " in line]
+    assert len(record) == 1 and "JobState=COMPLETED" in record[0], record
+    assert f"NodeCnt={len(nodes)} " in record[0], record
 
 
 def test_second_run_staged_nothing():

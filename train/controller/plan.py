@@ -26,7 +26,7 @@ from train.controller import resolve as resolvemod
 from train.controller import dsconfig, launch, script_args
 from train.node import checkpoints
 
-LAUNCHERS = ("pdsh", "ansible")
+LAUNCHERS = ("pdsh", "ansible", "slurm")
 # What follows the launcher's options: this project's rank entries run as modules (`python -m`) from the code
 # directory, where train/ is staged, so they import train.* as a package.
 PRESET_ENTRY = ["--module", "train.rank.pretrain"]
@@ -201,8 +201,9 @@ def _launcher_port(launcher: str, master_port) -> int:
     """The rendezvous port (int) after checking the launcher's name and the port; PlanError otherwise."""
     if launcher not in LAUNCHERS:
         raise PlanError(f"launcher is {launcher!r}", "-e launcher",
-                        "use pdsh (default: the head starts every rank over ssh) or ansible (Ansible starts "
-                        "`deepspeed --no_ssh --node_rank N` on every node; no ssh between the nodes)")
+                        "use pdsh (default: the head starts every rank over ssh), ansible (Ansible starts "
+                        "`deepspeed --no_ssh --node_rank N` on every node; no ssh between the nodes) or slurm (a "
+                        "Slurm job submitted from the head with sbatch; srun starts that command on every node)")
     try:
         port = int(str(master_port).strip())
     except ValueError:
@@ -232,7 +233,8 @@ def _launch_commands(*, launcher: str, shape: dict, venv_dir: str, run_dir: str,
                      argv: list[str], output: str, zero_stage: int | None) -> tuple[dict, dict]:
     """The argv of every node that starts ranks and the path of its log: ({node: argv}, {node: log path}).
 
-    pdsh: the head alone starts DeepSpeed's launcher; ansible: every node, with its node rank. On more than one node
+    pdsh: the head alone starts DeepSpeed's launcher; ansible and slurm: every node, with its node rank (slurm: srun
+    starts it inside the job, roles/train_launch/tasks/launch_slurm.yml). On more than one node
     the head's launcher runs under train.node.checkpoints supervise, which gathers every node's part of each
     checkpoint onto the head while the run goes on (output_dir is node-local)."""
     nodes = list(shape["nodes"])
@@ -243,7 +245,7 @@ def _launch_commands(*, launcher: str, shape: dict, venv_dir: str, run_dir: str,
     commands = {
         n: launch.deepspeed_argv(deepspeed, hostfile, shape["master_addr"], port, entry, argv,
                                  include=shape.get("include") or "", single_node=bool(shape["single_node"]),
-                                 node_rank=nodes.index(n) if launcher == "ansible" else None)
+                                 node_rank=nodes.index(n) if launcher != "pdsh" else None)
         for n in starters
     }
     if len(nodes) > 1:
@@ -293,6 +295,11 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         job value, a ds_config that does not fit, an existing output directory).
     """
     port = _launcher_port(launcher, master_port)
+    if launcher == "slurm" and shape.get("include"):
+        # Slurm gives a job whole GPUs of its own choosing (--gres=gpu:N), which DeepSpeed's --include cannot pick
+        raise PlanError(f"launcher slurm with gpu_indices ({shape['include']})", "gpu_indices (inventory)",
+                        "let Slurm give the GPUs: drop gpu_indices and set slots to the GPUs a node gives a job, "
+                        "or use -e launcher=pdsh")
     overrides = dict(overrides)
     source = None
     if resume not in (None, ""):

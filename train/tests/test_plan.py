@@ -68,6 +68,18 @@ def test_ansible_launcher_gives_every_node_its_node_rank(tmp_path):
     assert config in p["launch"]["worker-1"]  # no remote shell in between: passed as it is
 
 
+def test_slurm_launcher_starts_every_nodes_own_launcher_and_refuses_gpu_indices(tmp_path):
+    """-e launcher=slurm: srun starts on each node the command the ansible launcher would (its node rank, --no_ssh),
+    and each node logs to its own file; gpu_indices (DeepSpeed's --include) cannot be honoured under Slurm."""
+    nodes = ("head-1", "worker-1", "worker-2")
+    p = build(tmp_path, launcher="slurm", shape=shape(nodes))
+    ansible = build(tmp_path, launcher="ansible", shape=shape(nodes))
+    assert p["launcher"] == "slurm" and p["launch"] == ansible["launch"] and p["logs"] == ansible["logs"]
+    assert p["launch"]["worker-2"][p["launch"]["worker-2"].index("--node_rank") + 1] == "2"
+    with pytest.raises(plan.PlanError, match=r"launcher slurm with gpu_indices \(head-1:0@worker-1\)"):
+        build(tmp_path, launcher="slurm", shape=shape(include="head-1:0@worker-1"))
+
+
 def test_single_node_skips_the_ssh_check_and_uses_loopback(tmp_path):
     p = build(tmp_path, shape=shape(("localhost",)))
     argv = p["launch"]["localhost"]
