@@ -4,7 +4,7 @@
 #
 #   molecule/cluster/run.sh test        # create -> converge -> verify -> destroy (what `make cluster-test` runs)
 #   molecule/cluster/run.sh create      # containers, controller key, wheelhouse
-#   molecule/cluster/run.sh converge    # site.yml (with Slurm) + train.yml with each launcher (pdsh, ansible, slurm)
+#   molecule/cluster/run.sh converge    # site.yml (with Slurm) + train.yml: pdsh, ansible, a user's script as a Slurm job
 #   molecule/cluster/run.sh verify      # pytest molecule/cluster/verify.py
 #   molecule/cluster/run.sh destroy
 #
@@ -83,7 +83,7 @@ converge() {
   log "playbooks/check.yml (parity table, ssh, disks, all-reduce health check)"
   playbook playbooks/check.yml 2>&1 | tee "$state/check.log"
   log "check.yml took $(( $(date +%s) - t0 )) s"
-  for mode in pdsh ansible slurm; do
+  for mode in pdsh ansible; do
     t0=$(date +%s)
     log "train.yml launcher=$mode"
     rm -rf "$state/outputs/$mode"
@@ -93,9 +93,10 @@ converge() {
     log "train.yml launcher=$mode took $(( $(date +%s) - t0 )) s"
   done
   # A user's own run_mlm.py-style script (docs/own-script.md): the test suite's USER_SCRIPT, its
-  # text file on the head only (script_data), the tokenizer the first run prepared (staged on every node).
+  # text file on the head only (script_data), the tokenizer the first run prepared (staged on every node); submitted
+  # as a Slurm job (-e launcher=slurm, docs/slurm.md: site.yml set Slurm up, slurm_enabled in the inventory).
   t0=$(date +%s)
-  log "train.yml -e script=my_run_mlm.py"
+  log "train.yml -e script=my_run_mlm.py -e launcher=slurm"
   (cd "$repo" && python3 -c 'import sys; from train.tests.test_run_script import USER_SCRIPT;
 open(sys.argv[1], "w").write(USER_SCRIPT)' "$state/my_run_mlm.py")
   podman exec "dsc-head-1" python3 -c 'import os, pydoc_data.topics as t
@@ -107,6 +108,7 @@ open("/root/corpus/train.txt", "w").write("\n".join(lines[:2000]) + "\n")'
   rm -rf "$state/outputs/script"
   playbook train.yml -e "$(python3 -c 'import json, sys; print(json.dumps({
     "script": sys.argv[1], "script_data": "/root/corpus", "train_output_dir": sys.argv[2], "train_poll_seconds": 5,
+    "launcher": "slurm",
     "script_args": ["--train_file", "{data}/train.txt", "--tokenizer_name", sys.argv[3], "--config_overrides",
                     json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                                 "intermediate_size": 128}),

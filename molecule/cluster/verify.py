@@ -17,7 +17,7 @@ REPO = HERE.parent.parent
 from train.node.rank_status import run_of  # pytest.ini puts the repository on sys.path; one rule for a run's processes
 STATE = Path(os.environ.get("DSC_CLUSTER_STATE", "/var/tmp/dsc-cluster"))
 INVENTORY = HERE / "inventory"
-MODES = ["pdsh", "ansible", "slurm"]  # -e launcher=...: one converge run each (run.sh)
+MODES = ["pdsh", "ansible"]
 RUNS = "/opt/deepspeed-cluster/runs"  # <dsc_root>/runs on every node (inventory: dsc_root)
 
 
@@ -117,16 +117,25 @@ def test_ansible_launch_started_every_node_rank():
     assert "pdsh" not in (d / "train.log").read_text()
 
 
+def script_run():
+    """The converge's user-script run (a Slurm job): its results directory on the controller."""
+    runs = sorted((STATE / "outputs" / "script").glob("my_run_mlm-*"))
+    assert runs, (STATE / "train-script.log").read_text()[-3000:]
+    return runs[-1]
+
+
 def test_slurm_registered_every_node_and_ran_the_job_on_all_of_them():
     """site.yml's slurm role (slurm_enabled in the scenario's inventory): every node is a Slurm node, idle after the
-    run (scontrol show node); the slurm run's batch script got exactly the plan's nodes, srun started each node's
-    launcher (node ranks 0..2), and Slurm recorded the job, named after the run, as COMPLETED on all three nodes
-    (its job-completion log: no accounting database)."""
+    run (scontrol show node); the user-script run, submitted with -e launcher=slurm, had its batch script given
+    exactly the plan's nodes, srun started each node's launcher (node ranks 0..2), and Slurm recorded the job, named
+    after the run, as COMPLETED on all three nodes (its job-completion log: no accounting database). What it
+    trained is test_user_script_ran_on_every_node's."""
     nodes, _ = inventory()
     for node in nodes:
         shown = podman_exec(nodes[0], "scontrol", "show", "node", node).stdout
         assert f"NodeName={node} " in shown and re.search(r"State=IDLE\b", shown), shown
-    d = run_dir("slurm")
+    d = script_run()
+    assert "Submit the job (sbatch --wait" in (STATE / "train-script.log").read_text()
     batch = (d / "slurm.out").read_text()
     assert re.search(rf"Slurm job (\d+) on {' '.join(sorted(nodes))}: srun starts deepspeed on every node", batch), batch
     logs = (d / "train.log").read_text() + "".join((d / f"train-{n}.log").read_text() for n in nodes[1:])
@@ -208,8 +217,7 @@ def test_check_printed_the_parity_table_and_the_allreduce_table():
 
 
 def test_user_script_ran_on_every_node():
-    runs = sorted((STATE / "outputs" / "script").glob("my_run_mlm-*"))
-    assert runs, (STATE / "train-script.log").read_text()[-3000:]
+    runs = [script_run()]
     m = json.loads((runs[-1] / "metrics.json").read_text())
     nodes, slots = inventory()
     assert m["world_size"] == sum(slots.values()) == m["trainer_world_size"]
