@@ -42,7 +42,7 @@ unit-fast: setup
 # Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
 unit:
 	$(NODE_PY) -m pip install --quiet --disable-pip-version-check pytest==9.2.0
-	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests roles/python_env/tests roles/nccl/tests roles/deepspeed/tests roles/node_env/tests roles/cluster_check/tests roles/train_plan/tests roles/train_stage/tests roles/train_launch/tests roles/torch_matrix/tests $(PYTEST_ARGS)
+	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests roles/python_env/tests roles/nccl/tests roles/deepspeed/tests roles/node_env/tests roles/cluster_check/tests roles/train_plan/tests roles/train_stage/tests roles/train_launch/tests roles/torch_matrix/tests roles/slurm/tests $(PYTEST_ARGS)
 
 # Everything CI runs (.ci/run): lint, provision this machine, pytest (unit + end-to-end), the roles' molecule
 # scenarios, then the 3-node scenario.
