@@ -106,6 +106,10 @@ open("/root/corpus/train.txt", "w").write("\n".join(lines[:2000]) + "\n")'
   local tokenizer
   tokenizer=$(podman exec dsc-head-1 sh -c 'ls -d /opt/deepspeed-cluster/local/data/*/tokenizer | head -1')
   rm -rf "$state/outputs/script"
+  # Another user's job holds worker-2 until ours has waited in the queue for 10 s: the follower shows ours PENDING
+  # with Slurm's reason, then RUNNING (verify.py)
+  podman exec dsc-head-1 sbatch --job-name=blocker --nodelist=worker-2 --exclusive --output=/dev/null --wrap \
+    'timeout 600 sh -c "until squeue -h --states=PENDING -o %j | grep -q my_run_mlm; do sleep 1; done"; sleep 10'
   playbook train.yml -e "$(python3 -c 'import json, sys; print(json.dumps({
     "script": sys.argv[1], "script_data": "/root/corpus", "train_output_dir": sys.argv[2], "train_poll_seconds": 5,
     "launcher": "slurm",

@@ -135,7 +135,11 @@ def test_slurm_registered_every_node_and_ran_the_job_on_all_of_them():
         shown = podman_exec(nodes[0], "scontrol", "show", "node", node).stdout
         assert f"NodeName={node} " in shown and re.search(r"State=IDLE\b", shown), shown
     d = script_run()
-    assert "Submit the job (sbatch --wait" in (STATE / "train-script.log").read_text()
+    log = " ".join((STATE / "train-script.log").read_text().split())
+    assert "Submit the job (sbatch --wait" in log
+    # run.sh's blocker job held worker-2: the follower said so, then that the job ran
+    assert re.search(rf"Slurm job \d+ \({d.name}\) is PENDING: \w+; 1st of 1 pending job", log), log[-4000:]
+    assert re.search(rf"Slurm job \d+ \({d.name}\) is RUNNING on \S+", log), log[-4000:]
     batch = (d / "slurm.out").read_text()
     assert re.search(rf"Slurm job (\d+) on {' '.join(sorted(nodes))}: srun starts deepspeed on every node", batch), batch
     logs = (d / "train.log").read_text() + "".join((d / f"train-{n}.log").read_text() for n in nodes[1:])

@@ -100,6 +100,37 @@ def format_event(record: dict) -> str | None:
     return None
 
 
+#: ``squeue`` output format that :func:`slurm_job_line` reads: job id, name, state, reason, nodes; one job a line,
+#: most urgent first (``--sort=-p,i``: priority, then submission order)
+SQUEUE_ARGS = ["squeue", "--noheader", "--sort=-p,i", "--format=%i|%j|%T|%r|%N"]
+
+
+def slurm_job_line(squeue_out: str, name: str) -> str | None:
+    """What the Slurm job named ``name`` is doing, as one progress line, or None when squeue does not list it.
+
+    Args:
+        squeue_out: the output of :data:`SQUEUE_ARGS` (every job Slurm holds, most urgent first).
+        name: the job's name (train.yml names it after the run).
+
+    Returns:
+        ``"Slurm job 12 (NAME) is PENDING: Resources; 2nd of 3 pending jobs"`` (its place among the PENDING jobs in
+        squeue's order; the reason is Slurm's own, e.g. Resources, Priority, QOSMaxNodePerUserLimit),
+        ``"Slurm job 12 (NAME) is RUNNING on n1,n2"``, or None.
+    """
+    rows = [line.split("|", 4) for line in squeue_out.splitlines() if line.count("|") >= 4]
+    pending = [r for r in rows if r[2] == "PENDING"]
+    for job_id, job_name, state, reason, nodes in rows:
+        if job_name != name:
+            continue
+        if state == "PENDING":
+            place = next(i for i, r in enumerate(pending, 1) if r[0] == job_id)
+            suffix = {1: "st", 2: "nd", 3: "rd"}.get(place if place < 20 else place % 10, "th")
+            return (f"Slurm job {job_id} ({name}) is PENDING: {reason}; {place}{suffix} of {len(pending)} pending "
+                    f"job{'s' if len(pending) != 1 else ''}")
+        return f"Slurm job {job_id} ({name}) is {state}" + (f" on {nodes}" if nodes and nodes != "(null)" else "")
+    return None
+
+
 def parse_records(text: str) -> tuple[list[dict], int]:
     """Parse the complete lines of a chunk of ``progress.jsonl``.
 

@@ -106,3 +106,23 @@ def test_the_summary_of_a_failed_run_without_metrics_uses_its_progress(tmp_path)
                          "wall time    12s"]
     assert "checkpoints  none kept" in lines
     assert summary_lines(tmp_path, "r")[0] == "run r: ended without a metrics.json (see train.log and logs/)"
+
+
+def test_a_slurm_job_is_shown_pending_with_its_reason_and_place_then_running():
+    """squeue's lines (progress.SQUEUE_ARGS' format, most urgent first) -> the follower's line for the run's job."""
+    from train.controller.progress import slurm_job_line
+
+    queue = ("40|other-a|RUNNING|None|n1,n2\n"
+             "41|other-b|PENDING|Priority|\n"
+             "42|run-x|PENDING|Resources|\n"
+             "43|other-c|PENDING|QOSMaxNodePerUserLimit|\n")
+    assert slurm_job_line(queue, "run-x") == "Slurm job 42 (run-x) is PENDING: Resources; 2nd of 3 pending jobs"
+    assert slurm_job_line("42|run-x|PENDING|Priority|\n", "run-x") == \
+        "Slurm job 42 (run-x) is PENDING: Priority; 1st of 1 pending job"
+    assert slurm_job_line("42|run-x|RUNNING|None|head-1,worker-[1-2]\n", "run-x") == \
+        "Slurm job 42 (run-x) is RUNNING on head-1,worker-[1-2]"
+    assert slurm_job_line("42|run-x|COMPLETING|None|(null)\n", "run-x") == "Slurm job 42 (run-x) is COMPLETING"
+    assert slurm_job_line(queue, "run-y") is None and slurm_job_line("", "run-x") is None
+    many = "".join(f"{i}|j{i}|PENDING|Priority|\n" for i in range(1, 23))
+    assert slurm_job_line(many, "j11").endswith("11th of 22 pending jobs")
+    assert slurm_job_line(many, "j22").endswith("22nd of 22 pending jobs")

@@ -19,6 +19,9 @@ Options:
     N``, or DeepSpeed's launcher's ``exits with return code = N``) while the job still runs, how long to wait for it
     to end by itself before giving up on it (default 15). The other nodes' ranks would otherwise wait in their next
     collective until torch's process-group timeout (30 min on gloo, 10 on NCCL).
+  slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
+    every poll asks ``squeue`` on the head about it and prints a line when its state, Slurm's reason or its place
+    among the pending jobs changes (train.controller.progress.slurm_job_line): a PENDING job is not silence.
   liveness: the liveness check, or omitted/null for none: ``{"nodes": [{"host", "first", "count", "python",
     "code_dir", "local"}], "runs_dir", "run", "every_s", "failures", "timeout_s", "ssh_checked"}``
     (train.node.rank_status.check_nodes' arguments; ``ssh_checked``: the preflight logged in from the head to every node,
@@ -51,8 +54,8 @@ from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
-from train.controller.progress import (format_duration, format_event, format_record, is_event, last_checkpoint,  # noqa: E402
-                            parse_records)
+from train.controller.progress import (SQUEUE_ARGS, format_duration, format_event, format_record, is_event,  # noqa: E402
+                                       last_checkpoint, parse_records, slurm_job_line)
 from train.node.rank_status import trouble  # noqa: E402
 
 display = Display()
@@ -66,6 +69,7 @@ _ARGSPEC = {
     "echo_log": {"type": "bool", "default": False},
     "grace_seconds": {"type": "float", "default": 15.0},
     "liveness": {"type": "dict", "default": None},
+    "slurm_job": {"type": "str", "default": None},
 }
 
 # A node's ranks ended with an error: pdsh's report of that node's ssh, or DeepSpeed's launcher (launch.py's
@@ -193,6 +197,7 @@ class ActionModule(AsyncFollowAction):
         recent: list[str] = []
         live = Liveness(args["liveness"], self._run_on_head) if args["liveness"] else None
         next_poll = started
+        slurm_said = ""
 
         while True:
             now = time.monotonic()
@@ -233,6 +238,13 @@ class ActionModule(AsyncFollowAction):
                         display.display(f"  {line.strip()}")
                         display.display(f"  ranks on {node[0] or 'the head'} ended with exit code {node[1]} while the "
                                         f"run goes on elsewhere: waiting {int(args['grace_seconds'])} s for it to stop")
+
+            if args["slurm_job"] and not seen and not records and not finished:
+                _, out, _ = self._run_on_head(shlex.join(SQUEUE_ARGS))
+                said = slurm_job_line(out, args["slurm_job"])
+                if said and said != slurm_said:
+                    display.display(f"  {said} ({format_duration(time.monotonic() - started)} after the submission)")
+                    slurm_said, last_news = said, time.monotonic()
 
             for record in records:
                 if is_event(record):
