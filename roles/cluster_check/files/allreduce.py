@@ -12,10 +12,17 @@ writes RESULTS.json::
      "gpus":  [{"node": "head-1", "gpus": ["0", "1"], "ranks": 2, ...}]}
 
 "gpus" (with CUDA, or --gpu-pairs always) names a rank's device as CUDA_VISIBLE_DEVICES lists it (the launcher's
---include / gpu_indices), else its local rank. The pairs of all nodes are measured at the same time, one pair per
-node at a time (disjoint groups), so the measuring takes as long on 64 nodes as on one (creating the groups, a
-world-wide call each, does not); with two ranks on a node its one pair is that node's whole and a slow GPU could
-not be told from the other, so none is measured.
+--include / gpu_indices), else its local rank; with two ranks on a node its one pair is that node's whole and a slow
+GPU could not be told from the other, so none is measured.
+
+Every pair of nodes, and every pair of a node's GPUs, is measured once, in rounds of disjoint pairs (:func:`rounds`,
+the circle method of round-robin tournaments): n nodes take n - 1 rounds (n for odd n, one node sitting out each
+round) of n/2 pairs measured at the same time, instead of n(n - 1)/2 one after another; the GPU pairs of all nodes
+share rounds too. A round's process groups are created at its start (torch's new_subgroups_by_enumeration, a call
+of every rank) and destroyed at its end: a rank never holds more than one pair's group. Disjoint pairs share no
+node, so on a non-blocking fabric (a fat tree, one switch) they do not slow each other down; where they do
+(oversubscribed uplinks), every pair is measured under the same load and the slowest still stand out. Rank 0
+prints how many rounds and groups it took.
 
 Formula (nccl-tests doc/PERFORMANCE.md, AllReduce): algbw = S / t with S the buffer size in bytes and t the mean
 time of one all-reduce in seconds; busbw = algbw * 2 (n - 1) / n with n the ranks taking part. Units: GB/s = 1e9
@@ -31,6 +38,44 @@ import time
 
 import torch
 import torch.distributed as dist
+
+
+def rounds(items):
+    """Every pair of ``items`` exactly once, as rounds of disjoint pairs (the circle method): a list of rounds, each
+    a list of (a, b) with a before b in ``items``' order. n items give n - 1 rounds of n/2 pairs (n even) or n
+    rounds of (n - 1)/2 (n odd: each item sits out one round); fewer than two items give []. Every rank computes
+    the same schedule from the same list."""
+    items = list(items)
+    if len(items) < 2:
+        return []
+    order = {item: i for i, item in enumerate(items)}
+    ring = items + [None] * (len(items) % 2)
+    schedule = []
+    for _ in range(len(ring) - 1):
+        pairs = [(ring[i], ring[-1 - i]) for i in range(len(ring) // 2)]
+        schedule.append([tuple(sorted(pair, key=order.get)) for pair in pairs if None not in pair])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return schedule
+
+
+def measure_rounds(tensor, schedule, ranks_of, rank, iters, warmup, device):
+    """Measure each round's pairs at the same time (``schedule``: rounds of (a, b), ``ranks_of[x]``: the ranks of
+    pair member x); every rank must call this. Returns ([(a, b, measure() result) of the pairs this rank leads --
+    the lowest rank of the pair], the number of process groups created)."""
+    mine, created = [], 0
+    for pairs in schedule:
+        members = [ranks_of[a] + ranks_of[b] for a, b in pairs]
+        group, groups = dist.new_subgroups_by_enumeration(members)
+        created += len(groups)
+        for (a, b), ranks in zip(pairs, members):
+            if rank in ranks:
+                result = measure(tensor, group, len(ranks), iters, warmup, device)
+                if rank == min(ranks):
+                    mine.append((a, b, result))
+        dist.barrier()
+        for g in groups:
+            dist.destroy_process_group(g)
+    return mine, created
 
 
 def measure(tensor, group, size, iters, warmup, device):
@@ -53,28 +98,20 @@ def measure(tensor, group, size, iters, warmup, device):
 
 
 def gpu_pairs(tensor, names, rank, local_rank, iters, warmup, device):
-    """All-reduce over every pair of ranks of each node with >= 3 ranks (see the module docstring): the results of
-    the pairs this rank leads (their lower rank), as measure() with "node" and "gpus" added. ``names[r]`` is rank
-    r's node; every rank must call this (it creates every group, in the same order, as new_group requires)."""
+    """All-reduce over every pair of ranks of each node with >= 3 ranks (see the module docstring), the nodes' pairs
+    in shared rounds: (the results of the pairs this rank leads, as measure() with "node" and "gpus" added, the
+    process groups created). ``names[r]`` is rank r's node; every rank must call this."""
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     gpu = visible[local_rank] if local_rank < len(visible) else str(local_rank)
     labels = [None] * len(names)
     dist.all_gather_object(labels, gpu)
-    per_node = {}
-    for node in dict.fromkeys(names):
-        ranks = [r for r, name in enumerate(names) if name == node]
-        if len(ranks) >= 3:
-            per_node[node] = [(a, b, dist.new_group([a, b])) for a, b in itertools.combinations(ranks, 2)]
-    mine = []
-    for k in range(max((len(p) for p in per_node.values()), default=0)):
-        for node, pairs in per_node.items():
-            if k < len(pairs) and rank in pairs[k][:2]:
-                a, b, group = pairs[k]
-                result = measure(tensor, group, 2, iters, warmup, device)
-                if rank == a:
-                    mine.append(dict(result, node=node, gpus=[labels[a], labels[b]]))
-        dist.barrier()
-    return mine
+    per_node = {node: rounds(r for r, name in enumerate(names) if name == node) for node in dict.fromkeys(names)}
+    per_node = {node: schedule for node, schedule in per_node.items() if len(schedule) > 1}  # 3+ ranks
+    schedule = [[pair for s in per_node.values() if k < len(s) for pair in s[k]]
+                for k in range(max((len(s) for s in per_node.values()), default=0))]
+    measured, created = measure_rounds(tensor, schedule, {r: [r] for r in range(len(names))}, rank, iters, warmup,
+                                       device)
+    return [dict(result, node=names[a], gpus=[labels[a], labels[b]]) for a, b, result in measured], created
 
 
 def main():
@@ -112,35 +149,36 @@ def main():
     results = {"backend": dist.get_backend(), "world_size": world, "nodes": nodes, "all": [], "pairs": []}
     results["all"].append(measure(tensor, None, world, args.iters, args.warmup, device))
 
-    # Every rank must create every group, in the same order (torch.distributed.new_group).
-    pairs = [(a, b, dist.new_group(ranks_of[a] + ranks_of[b])) for a, b in itertools.combinations(nodes, 2)]
+    schedule = rounds(nodes)
+    created = 0
     if len(nodes) > 2:
-        for a, b, group in pairs:
-            members = ranks_of[a] + ranks_of[b]
-            if rank in members:
-                result = measure(tensor, group, len(members), args.iters, args.warmup, device)
-                result["nodes"] = [a, b]
-                if rank == members[0]:
-                    results["pairs"].append(result)
-            dist.barrier()
-    elif pairs and rank == 0:  # two nodes: the pair is the whole world
+        measured, created = measure_rounds(tensor, schedule, ranks_of, rank, args.iters, args.warmup, device)
+        results["pairs"] = [dict(result, nodes=[a, b]) for a, b, result in measured]
+    elif len(nodes) == 2 and rank == 0:  # two nodes: the pair is the whole world
         results["pairs"].append(dict(results["all"][0], nodes=list(nodes)))
 
     pairs_wanted = args.gpu_pairs == "always" or (args.gpu_pairs == "auto" and cuda)
-    results["gpus"] = (gpu_pairs(tensor, names, rank, args.local_rank, args.iters, args.warmup, device)
-                       if pairs_wanted else [])
+    results["gpus"], gpu_groups = (gpu_pairs(tensor, names, rank, args.local_rank, args.iters, args.warmup, device)
+                                   if pairs_wanted else ([], 0))
+    results["rounds"] = len(schedule) if len(nodes) > 2 else 0
+    results["groups_created"] = created + gpu_groups
 
     gathered = [None] * world
     dist.all_gather_object(gathered, (results["pairs"], results["gpus"]))
     if rank == 0:
-        results["pairs"] = [pair for part, _ in gathered for pair in part]
-        results["gpus"] = [pair for _, part in gathered for pair in part]
+        order = {pair: i for i, pair in enumerate(itertools.combinations(nodes, 2))}  # hostfile order, as before
+        results["pairs"] = sorted((pair for part, _ in gathered for pair in part),
+                                  key=lambda p: order[tuple(p["nodes"])])
+        results["gpus"] = sorted((pair for _, part in gathered for pair in part),
+                                 key=lambda p: (nodes.index(p["node"]), p["gpus"]))
         tmp = args.out + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1)
         os.replace(tmp, args.out)
-        print("all-reduce: %d ranks on %d node(s), busbw %.3f GB/s (all ranks)"
-              % (world, len(nodes), results["all"][0]["busbw_gbps"]))
+        print("all-reduce: %d ranks on %d node(s), busbw %.3f GB/s (all ranks); %d pairs of nodes in %d rounds, "
+              "%d process groups created one round at a time"
+              % (world, len(nodes), results["all"][0]["busbw_gbps"], len(results["pairs"]), results["rounds"],
+                 results["groups_created"]))
     dist.destroy_process_group()
 
 

@@ -19,6 +19,24 @@ def free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.parametrize("n", range(0, 34))
+def test_rounds_pair_every_two_items_once_in_rounds_of_disjoint_pairs(n):
+    """allreduce.rounds, the circle method: n - 1 rounds for even n, n for odd n (one item out each round), each
+    pair in hostfile order."""
+    import itertools
+
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    from allreduce import rounds
+
+    items = ["n%02d" % i for i in range(n)]
+    schedule = rounds(items)
+    assert len(schedule) == (0 if n < 2 else n - 1 if n % 2 == 0 else n)
+    assert sorted(pair for r in schedule for pair in r) == list(itertools.combinations(items, 2))
+    for r in schedule:
+        members = [x for pair in r for x in pair]
+        assert len(members) == len(set(members)) and len(r) == n // 2
+
+
 @pytest.mark.parametrize("nnodes", [2, 3])
 def test_all_ranks_and_every_pair_of_nodes(tmp_path, nnodes):
     port, out = free_port(), tmp_path / "allreduce.json"
@@ -46,6 +64,8 @@ def test_all_ranks_and_every_pair_of_nodes(tmp_path, nnodes):
     for pair in pairs.values():
         assert pair["ranks"] == 2 and pair["busbw_gbps"] == pytest.approx(pair["algbw_gbps"]) and pair["time_s"] > 0
     assert results["gpus"] == []  # one rank per node: no pair of GPUs to measure
+    # three nodes: three rounds of one pair, one group each, made and destroyed round by round
+    assert (results["rounds"], results["groups_created"]) == ((0, 0) if nnodes == 2 else (3, 3))
 
 
 def test_every_pair_of_ranks_of_a_node_with_three(tmp_path):
@@ -65,6 +85,7 @@ def test_every_pair_of_ranks_of_a_node_with_three(tmp_path):
         ("head-1", ("4", "5")), ("head-1", ("4", "6")), ("head-1", ("5", "6"))], results["gpus"]
     for g in results["gpus"]:
         assert g["ranks"] == 2 and g["bytes"] == 2 ** 20 and g["busbw_gbps"] == pytest.approx(g["algbw_gbps"])
+    assert results["groups_created"] == 3 and results["rounds"] == 0  # the GPU pairs' rounds; one node: no node pair
     # the default (auto) measures pairs on CUDA only: three CPU ranks share one machine's cores and memory
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "3", "--master_addr",
