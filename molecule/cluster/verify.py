@@ -133,7 +133,7 @@ def test_slurm_registered_every_node_and_ran_the_job_on_all_of_them():
     nodes, _ = inventory()
     for node in nodes:
         shown = podman_exec(nodes[0], "scontrol", "show", "node", node).stdout
-        assert f"NodeName={node} " in shown and re.search(r"State=IDLE\b", shown), shown
+        assert f"NodeName={node} " in shown and re.search(r"State=IDLE\s", shown), shown
     d = script_run()
     log = " ".join((STATE / "train-script.log").read_text().split())
     assert "Submit the job (sbatch --wait" in log

@@ -2,6 +2,7 @@
 real nodes while train.yml follows the run. Shares the cluster and the prepared data with verify.py; short runs.
 """
 import os
+import re
 import socket
 import subprocess
 import time
@@ -65,6 +66,13 @@ def bring_back(node, how):
                    capture_output=True, text=True)
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", node, "true"]
     wait_for(lambda: cluster.podman_exec("head-1", *ssh, check=False).returncode == 0, 120, f"ssh to {node} again")
+    if how == "stop":
+        # a container has no init: start what a node's boot starts (the slurm role's services, enabled there),
+        # and wait until Slurm takes the node back (ReturnToService=2)
+        cluster.podman_exec(node, "sh", "-c", "service munge start && service slurmd start")
+        wait_for(lambda: re.search(r"State=IDLE\s", cluster.podman_exec("head-1", "scontrol", "show", "node", node,
+                                                                        check=False).stdout), 120,
+                 f"Slurm to take {node} back")
     hosts = yaml.safe_load((cluster.INVENTORY / "hosts.yml").read_text())["all"]["children"]
     me = {**hosts["head"]["hosts"], **hosts["workers"]["hosts"]}[node]
     wait_for(lambda: sshd_answers(me["ansible_host"], int(me.get("ansible_port", 22))), 120,
