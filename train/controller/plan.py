@@ -295,6 +295,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         job value, a ds_config that does not fit, an existing output directory).
     """
     port = _launcher_port(launcher, master_port)
+    if launcher == "slurm" and len(set(shape["ranks"].values())) > 1:
+        # sbatch's --gres=gpu:N and srun's --cpus-per-task are the same on every node of a job
+        raise PlanError(f"launcher slurm with different slots per node ({shape['ranks']})", "slots (inventory)",
+                        "give every node the same slots for a Slurm job, or use -e launcher=pdsh")
     if launcher == "slurm" and shape.get("include"):
         # Slurm gives a job whole GPUs of its own choosing (--gres=gpu:N), which DeepSpeed's --include cannot pick
         raise PlanError(f"launcher slurm with gpu_indices ({shape['include']})", "gpu_indices (inventory)",

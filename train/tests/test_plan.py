@@ -78,6 +78,9 @@ def test_slurm_launcher_starts_every_nodes_own_launcher_and_refuses_gpu_indices(
     assert p["launch"]["worker-2"][p["launch"]["worker-2"].index("--node_rank") + 1] == "2"
     with pytest.raises(plan.PlanError, match=r"launcher slurm with gpu_indices \(head-1:0@worker-1\)"):
         build(tmp_path, launcher="slurm", shape=shape(include="head-1:0@worker-1"))
+    uneven = dict(shape(nodes), ranks={"head-1": 2, "worker-1": 2, "worker-2": 4}, world_size=8)
+    with pytest.raises(plan.PlanError, match=r"launcher slurm with different slots per node"):
+        build(tmp_path, launcher="slurm", shape=uneven)
 
 
 def test_single_node_skips_the_ssh_check_and_uses_loopback(tmp_path):

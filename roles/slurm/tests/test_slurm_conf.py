@@ -4,6 +4,7 @@ more GPUs, a head without ranks) and read back the way Slurm reads them (one `Ke
 import json
 import os
 import re
+import socket
 import sys
 
 import pytest
@@ -33,7 +34,8 @@ def test_gpu_nodes_get_their_gres_and_the_head_without_ranks_runs_no_slurmd(run_
              "gpu-2": {"cluster_address": "10.1.0.3", "slots": 4}}
     records, gres = render(run_playbook, tmp_path, hosts)
     conf = {k: v for r in records for k, v in r.items() if "NodeName" not in r and "PartitionName" not in r}
-    assert conf["SlurmctldHost"] == "gpu-head(10.1.0.1)" and conf["GresTypes"] == "gpu"
+    # the head's own host name (all nodes are this machine here), its cluster address
+    assert conf["SlurmctldHost"] == f"{socket.gethostname().split('.')[0]}(10.1.0.1)" and conf["GresTypes"] == "gpu"
     assert conf["ProctrackType"] == "proctrack/cgroup" and conf["JobCompType"] == "jobcomp/filetxt"
     nodes = {r["NodeName"]: r for r in records if "NodeName" in r}
     assert sorted(nodes) == ["gpu-1", "gpu-2"]  # the head holds no ranks: no slurmd there
