@@ -7,14 +7,19 @@
 #   molecule/roles.sh                        # every scenario below
 #   molecule/roles.sh cuda/distro nccl       # some: role or role/scenario
 #
-# cuda/distro spends its time downloading and unpacking 1.6 GB of packages rather than on the CPU: it runs in the
-# background next to the others (its log is printed when it ends); DSC_MOLECULE_SERIAL=1 runs it in line.
+# Three lanes at once (DSC_MOLECULE_SERIAL=1 runs every scenario in line): cuda/distro, which spends its time
+# downloading and unpacking 1.6 GB of packages rather than on the CPU, then node_env; deepspeed then nccl; and the
+# rest (cuda/preinstalled, python_env) in the foreground: ~5-6 min of scenario time in each lane. Most of a
+# scenario's time is one pip or apt process or Ansible's own work, each on one core, so two lanes on 2 cores finish
+# well before one would (docs/benchmarks/provisioning-and-demo.md has the times). A background lane's log is printed
+# when it ends.
 # Needs root, podman and the localhost/bookworm-node image (molecule/images/build.sh), and the wheelhouse
 # (molecule/images/wheelhouse.sh) for python_env and deepspeed; both are made here when missing.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 all=(cuda/preinstalled cuda/distro python_env/default nccl/default deepspeed/default node_env/default)
-background=cuda/distro
+# the background lanes, each run in order; what no lane names runs in the foreground
+lanes=("cuda/distro node_env/default" "deepspeed/default nccl/default")
 want=("$@")
 ((${#want[@]})) || want=("${all[@]}")
 export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0} PY_COLORS=${PY_COLORS:-0}
@@ -52,22 +57,38 @@ run() {  # run SCENARIO: molecule test, then one summary line in $results/SCENAR
 }
 
 results=$(mktemp -d)
-bg_pid=
-trap '[[ -n $bg_pid ]] && kill "$bg_pid" 2>/dev/null; rm -rf "$results"' EXIT
+bg_pids=() bg_names=()
+trap 'for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$results"' EXIT
+in_lane() {  # in_lane SCENARIO: the index of the background lane that names it, else nothing
+  local i sc
+  for i in "${!lanes[@]}"; do
+    for sc in ${lanes[$i]}; do [[ $sc == "$1" ]] && { echo "$i"; return; }; done
+  done
+}
+lane_of=()
 for sc in "${selected[@]}"; do
-  if [[ $sc == "$background" && ${#selected[@]} -gt 1 && -z ${DSC_MOLECULE_SERIAL:-} ]]; then
-    echo "== $(date +%T) $sc runs in the background; its log follows when it ends"
-    run "$sc" >"$results/background.log" 2>&1 &
-    bg_pid=$!
-  else
-    run "$sc"
-  fi
+  lane=
+  ((${#selected[@]} > 1)) && [[ -z ${DSC_MOLECULE_SERIAL:-} ]] && lane=$(in_lane "$sc")
+  lane_of+=("${lane:-fg}")
 done
-if [[ -n $bg_pid ]]; then
-  wait "$bg_pid"
-  echo "== $(date +%T) log of $background (ran in the background)"
-  cat "$results/background.log"
-fi
+for i in "${!lanes[@]}"; do
+  mine=()
+  for j in "${!selected[@]}"; do [[ ${lane_of[$j]} == "$i" ]] && mine+=("${selected[$j]}"); done
+  ((${#mine[@]})) || continue
+  echo "== $(date +%T) ${mine[*]} run in the background, in this order; the log follows when they end"
+  (for sc in "${mine[@]}"; do run "$sc"; done) >"$results/lane$i.log" 2>&1 &
+  bg_pids+=($!) bg_names+=("${mine[*]}")
+done
+for j in "${!selected[@]}"; do
+  [[ ${lane_of[$j]} == fg ]] && run "${selected[$j]}"
+done
+for i in "${!lanes[@]}"; do
+  [[ -f $results/lane$i.log ]] || continue
+  wait "${bg_pids[0]}"
+  echo "== $(date +%T) log of ${bg_names[0]} (ran in the background)"
+  bg_pids=("${bg_pids[@]:1}") bg_names=("${bg_names[@]:1}")
+  cat "$results/lane$i.log"
+done
 
 echo "== role scenarios"
 failed=0

@@ -32,6 +32,8 @@ nodes=("head-1 10.89.77.10 22 10.89.78.10" "worker-1 10.89.77.11 22 10.89.77.11"
 mgmt_net=dsc-mgmt
 mgmt_subnet=10.89.78.0/24
 export ANSIBLE_ROLES_PATH=$repo/roles ANSIBLE_FORCE_COLOR=0 PYTHONUNBUFFERED=1
+# the slowest tasks and the time of each playbook at its end (where the scenario's time goes)
+export ANSIBLE_CALLBACKS_ENABLED=${ANSIBLE_CALLBACKS_ENABLED:-ansible.posix.profile_tasks}
 inv=$here/inventory
 log() { printf '== %s %s\n' "$(date +%T)" "$*"; }
 

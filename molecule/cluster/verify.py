@@ -48,9 +48,17 @@ def recap(text):
 
 
 def playbook(*args):
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
-    return subprocess.run(["ansible-playbook", "-i", str(INVENTORY), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True)
+    """ansible-playbook -i the scenario's inventory ARGS from the repository; its output is also appended to
+    STATE/verify-playbooks.log with the time each took and its slowest tasks (where the scenario's time goes)."""
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+               ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks")
+    t0 = time.monotonic()
+    res = subprocess.run(["ansible-playbook", "-i", str(INVENTORY), *args], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    with open(STATE / "verify-playbooks.log", "a", encoding="utf-8") as log:
+        log.write(f"== ansible-playbook {' '.join(args)}: rc {res.returncode}, {time.monotonic() - t0:.0f} s\n"
+                  f"{res.stdout}{res.stderr}\n")
+    return res
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -45,17 +45,31 @@ def pins_of(line):
     return pins
 
 
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory):
+    """{line name: (pip process, report path)}: every line's resolution started at once (each waits on the package
+    index most of its time), read by ``resolved``."""
+    started = {}
+    for name in sorted(LINES):
+        report = tmp_path_factory.mktemp("lock") / "report.json"
+        reqs = ["%s==%s" % pin for pin in pins_of(LINES[name]).items()]
+        started[name] = (subprocess.Popen([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                                           "--quiet", "--disable-pip-version-check", "--report", str(report), *reqs],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), report)
+    yield started
+    for proc, _ in started.values():
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.fixture(scope="module", params=sorted(LINES))
-def resolved(request, tmp_path_factory):
+def resolved(request, resolutions):
     """(line, pins, {canonical name: metadata dict from pip's installation report})."""
     line = LINES[request.param]
     pins = pins_of(line)
-    report = tmp_path_factory.mktemp("lock") / "report.json"
-    reqs = ["%s==%s" % (name, version) for name, version in pins.items()]
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                           "--disable-pip-version-check", "--report", str(report), *reqs],
-                          capture_output=True, text=True, timeout=900)
-    stderr = "\n".join(l for l in proc.stderr.splitlines() if not l.startswith("WARNING: Location"))
+    proc, report = resolutions[request.param]
+    _, err = proc.communicate(timeout=900)
+    stderr = "\n".join(l for l in err.splitlines() if not l.startswith("WARNING: Location"))
     assert proc.returncode == 0, "line %s does not install together:\n%s" % (request.param, stderr[-4000:])
     installs = json.loads(report.read_text())["install"]
     return request.param, line, pins, {canonicalize_name(i["metadata"]["name"]): i["metadata"] for i in installs}
