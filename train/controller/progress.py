@@ -3,7 +3,10 @@
 ``train/rank/pretrain.py`` appends one JSON object per logging step to ``<output_dir>/progress.jsonl``::
 
     {"step": 40, "max_steps": 200, "loss": 6.12, "learning_rate": 0.0009, "grad_norm": 1.7,
-     "samples_per_second": 35.1, "elapsed_s": 61.8, "eta_s": 247.0, "epoch": 0.4}
+     "samples_per_second": 35.1, "tokens_per_second": 4492.8, "interval_s": 9.1, "elapsed_s": 61.8, "eta_s": 247.0,
+     "epoch": 0.4}
+
+(the rates over the interval since the record before: train/rank/callbacks.py)
 
 and an event line after each checkpoint save (``{"event": "save", "step": 100, "checkpoint": "checkpoint-100",
 "elapsed_s": 150.2}``) or for a warning (``{"event": "warning", "message": "..."}``; train/rank/callbacks.py).
@@ -47,6 +50,16 @@ def format_duration(seconds: float | None) -> str:
 _NO_CHECKPOINT = object()
 
 
+def format_count(value: float) -> str:
+    """A rate in the units people read: ``"950"``, ``"4.5 k"``, ``"583 k"``, ``"1.2 M"`` (3 significant digits at
+    most, 1 decimal below 10 k / 10 M)."""
+    for scale, unit in ((1e6, " M"), (1e3, " k")):
+        if abs(value) >= scale:
+            v = value / scale
+            return f"{v:.1f}{unit}" if abs(v) < 10 else f"{v:.0f}{unit}"
+    return f"{value:.0f}"
+
+
 def format_record(record: dict, checkpoint=_NO_CHECKPOINT) -> str:
     """Format one progress record as a single line.
 
@@ -56,7 +69,8 @@ def format_record(record: dict, checkpoint=_NO_CHECKPOINT) -> str:
             left out, the line says nothing about checkpoints.
 
     Returns:
-        e.g. ``"step 40/200 (20%) | loss 6.1200 | 35.1 samples/s | elapsed 1m02s | ETA 4m07s"``, with
+        e.g. ``"step 40/200 (20%) | loss 6.1200 | 35.1 samples/s, 4.5 k tokens/s | elapsed 1m02s | ETA 4m07s"``
+        (the rates over the last logging interval; tokens/s only when the record has it), with
         ``" | last checkpoint: step 30"`` (or ``" | last checkpoint: none yet"``) when ``checkpoint`` is given.
     """
     step = record.get("step")
@@ -69,6 +83,9 @@ def format_record(record: dict, checkpoint=_NO_CHECKPOINT) -> str:
     loss_txt = f"loss {loss:.4f}" if isinstance(loss, (int, float)) else "loss ?"
     sps = record.get("samples_per_second")
     sps_txt = f"{sps:.1f} samples/s" if isinstance(sps, (int, float)) else "? samples/s"
+    tps = record.get("tokens_per_second")
+    if isinstance(tps, (int, float)):
+        sps_txt += f", {format_count(tps)} tokens/s"
     parts = [where, loss_txt, sps_txt, f"elapsed {format_duration(record.get('elapsed_s'))}",
              f"ETA {format_duration(record.get('eta_s'))}"]
     if checkpoint is not _NO_CHECKPOINT:
@@ -203,6 +220,27 @@ def _ranks_by_host(ranks: list) -> str:
                      for h, rs in hosts.items())
 
 
+def _rate_text(steady, m: dict, average, last: dict) -> str:
+    """The summary's samples/s: the steady rate (metrics.json's steady_*: first to last logged step) with tokens/s
+    and MFU where known, then the Trainer's whole-run average, each named; without metrics.json the last logged
+    interval's rate."""
+    parts = []
+    if isinstance(steady, (int, float)):
+        text = f"{steady:.1f} steady"
+        steps = m.get("steady_steps")
+        extra = [f"steps {steps[0]}-{steps[1]}"] if isinstance(steps, list) and len(steps) == 2 else []
+        if isinstance(m.get("steady_tokens_per_second"), (int, float)):
+            extra.append(f"{format_count(m['steady_tokens_per_second'])} tokens/s")
+        if isinstance(m.get("steady_mfu"), (int, float)):
+            extra.append(f"MFU {100 * m['steady_mfu']:.1f} %")
+        parts.append(text + (f" ({', '.join(extra)})" if extra else ""))
+    if isinstance(average, (int, float)):
+        parts.append(f"{average:.1f} whole-run average (the Trainer's; start-up and compilation included)")
+    if not parts and isinstance(last.get("samples_per_second"), (int, float)):
+        parts.append(f"{last['samples_per_second']:.1f} at the last logged step")
+    return "; ".join(parts) or "-"
+
+
 def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False) -> list[str]:
     """The end-of-run summary table of a run's results on the controller, as aligned lines.
 
@@ -234,7 +272,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
     max_steps = m.get("max_steps", last.get("max_steps"))
     first_loss = m.get("first_loss", losses[0] if losses else None)
     last_loss = m.get("last_loss", losses[-1] if losses else None)
-    sps = m.get("train_samples_per_second", last.get("samples_per_second"))
+    sps = m.get("train_samples_per_second")
+    steady = m.get("steady_samples_per_second")
     wall = m.get("wall_time_s", last.get("elapsed_s"))
 
     rows: list[tuple[str, str]] = []
@@ -245,7 +284,7 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
         where += f" (world size {m['world_size']}; {_ranks_by_host(m.get('ranks'))})"
     rows.append(("steps", where))
     rows.append(("loss", f"{_fmt(first_loss, 4)} -> {_fmt(last_loss, 4)} (first -> last logged step)"))
-    rows.append(("samples/s", _fmt(sps, 1)))
+    rows.append(("samples/s", _rate_text(steady, m, sps, last)))
     rows.append(("wall time", format_duration(wall) if isinstance(wall, (int, float)) else "-"))
     checkpoints = sorted((p.name for p in out.glob("checkpoint-*") if p.is_dir()),
                          key=lambda n: int(n.rsplit("-", 1)[1]) if n.rsplit("-", 1)[1].isdigit() else -1)

@@ -2,9 +2,12 @@
 scripts alike). What rank 0 writes while and after it trains (docs/training.md lists these files for users):
 
 * ``progress.jsonl`` -- one JSON object per logging step, flushed as it is written:
-  {"step", "max_steps", "loss", "learning_rate", "samples_per_second", "elapsed_s", "eta_s", "epoch"}
-  (samples_per_second = global batch x steps / elapsed; eta_s = steps left x mean step time, the first step --
-  which includes DeepSpeed's and the dataloader's warm-up -- left out of the mean once there are others)
+  {"step", "max_steps", "loss", "learning_rate", "grad_norm", "samples_per_second", "tokens_per_second",
+  "interval_s", "elapsed_s", "eta_s", "epoch"} (samples_per_second and tokens_per_second: the rate over the
+  interval since the record before -- or since training began, for the first record of a run or of a resumed
+  attempt --, interval_s its length; tokens_per_second null when the tokens per sample are not known, as in a
+  user's script; eta_s = steps left x mean step time of this attempt, its first step -- which includes DeepSpeed's
+  and the dataloader's warm-up -- left out of the mean once there are others)
   The last step is always logged, whether or not it is a multiple of logging_steps. Events come on lines of their
   own, told apart by their "event" key: {"event": "save", "step", "checkpoint", "elapsed_s"} after each checkpoint
   save (``checkpoint-<step>`` in the output directory), {"event": "warning", "message"} for what the run must say
@@ -76,14 +79,18 @@ class ProgressCallback(TrainerCallback):
         output_dir: the Trainer's output directory (progress.jsonl goes there).
         global_batch_size: samples per optimizer step over all ranks (micro x accumulation x world size), for
             samples_per_second.
+        tokens_per_sample: tokens in one sample (the block length), for tokens_per_second; None when unknown.
 
     ``records`` holds the progress records (rank 0), ``summary`` the numbers of the Trainer's other logs (the
     final train_loss / train_runtime / train_samples_per_second, eval_* of evaluations), ``saves`` the save events.
     """
 
-    def __init__(self, output_dir: str | Path, global_batch_size: int):
+    def __init__(self, output_dir: str | Path, global_batch_size: int, tokens_per_sample: int | None = None):
         self.path = Path(output_dir) / PROGRESS
         self.global_batch_size = global_batch_size
+        self.tokens_per_sample = tokens_per_sample
+        self.start_step = 0  # the step this attempt began at (a resumed run's checkpoint step)
+        self._last: tuple[int, float] | None = None  # (step, monotonic time) of the record before
         self.records: list[dict] = []
         self.summary: dict = {}
         self.saves: list[dict] = []
@@ -94,6 +101,8 @@ class ProgressCallback(TrainerCallback):
     # -- timing
     def on_train_begin(self, args, state, control, **kwargs):
         self._t0 = time.monotonic()
+        self.start_step = state.global_step
+        self._last = (state.global_step, self._t0)
         if state.is_world_process_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - open for the whole run
@@ -113,11 +122,22 @@ class ProgressCallback(TrainerCallback):
 
     def _eta(self, step: int, max_steps: int, now: float) -> float:
         left = max(0, max_steps - step)
-        if step > 1 and self._t_first_step is not None:
-            mean = (now - self._t_first_step) / (step - 1)
+        done = step - self.start_step  # steps of this attempt
+        if done > 1 and self._t_first_step is not None:
+            mean = (now - self._t_first_step) / (done - 1)
         else:
-            mean = (now - self._t0) / max(1, step)
+            mean = (now - self._t0) / max(1, done)
         return left * mean
+
+    def _rates(self, step: int, now: float) -> tuple[float | None, float | None, float | None]:
+        """(samples/s, tokens/s, seconds) over the interval since the record before (or since training began)."""
+        last_step, last_t = self._last if self._last is not None else (self.start_step, self._t0 or now)
+        seconds = now - last_t
+        if seconds <= 0 or step <= last_step:
+            return None, None, round(seconds, 3)
+        sps = self.global_batch_size * (step - last_step) / seconds
+        tps = sps * self.tokens_per_sample if self.tokens_per_sample else None
+        return round(sps, 3), (round(tps, 1) if tps is not None else None), round(seconds, 3)
 
     # -- records
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -129,13 +149,17 @@ class ProgressCallback(TrainerCallback):
         now = time.monotonic()
         elapsed = now - (self._t0 if self._t0 is not None else now)
         step = state.global_step
+        sps, tps, interval = self._rates(step, now)
+        self._last = (step, now)
         record = {
             "step": step,
             "max_steps": state.max_steps,
             "loss": finite_number(logs.get("loss")),
             "learning_rate": finite_number(logs.get("learning_rate")),
             "grad_norm": finite_number(logs.get("grad_norm")),  # pre-clip total 2-norm; null where DeepSpeed reports none
-            "samples_per_second": round(self.global_batch_size * step / elapsed, 3) if elapsed > 0 else None,
+            "samples_per_second": sps,
+            "tokens_per_second": tps,
+            "interval_s": interval,
             "elapsed_s": round(elapsed, 3),
             "eta_s": round(self._eta(step, state.max_steps, now), 1),
             "epoch": finite_number(logs.get("epoch", state.epoch)),

@@ -12,7 +12,8 @@ from train.rank.patches import (clip_without_host_sync, configured_state, fix_lo
                                 init_cpu_deepspeed_distributed)
 
 
-def attach(trainer, *, script: str | None = None, extra: dict | None = None, rank_extra=None):
+def attach(trainer, *, script: str | None = None, extra: dict | None = None, rank_extra=None,
+           tokens_per_sample: int | None = None):
     """Add the project's callbacks to a built Trainer: progress.jsonl, metrics.json and loss_curve.png.
 
     Args:
@@ -20,13 +21,14 @@ def attach(trainer, *, script: str | None = None, extra: dict | None = None, ran
         script: the user's script (script mode), None for train/rank/pretrain.py.
         extra: metrics.json values only the caller knows (see :func:`build_metrics`).
         rank_extra: optional callable () -> dict of this rank's additions to its ``ranks`` entry.
+        tokens_per_sample: tokens in one sample (the block length) for tokens/s; None when unknown (a script).
 
     Returns:
         (ProgressCallback, MetricsCallback), both already added to the trainer.
     """
     a = trainer.args
     progress = ProgressCallback(a.output_dir, a.per_device_train_batch_size * a.gradient_accumulation_steps
-                                * a.world_size)
+                                * a.world_size, tokens_per_sample)
     metrics = MetricsCallback(progress, script=script, extra=extra, rank_extra=rank_extra)
     metrics.trainer = trainer
     trainer.add_callback(progress)

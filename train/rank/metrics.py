@@ -28,7 +28,8 @@ METRICS = "metrics.json"
 METRICS_KEYS = (
     "run_name", "model", "model_size", "job_file", "mode", "script", "model_type", "task",
     "world_size", "trainer_world_size", "ranks", "steps", "max_steps", "first_loss", "last_loss", "train_loss",
-    "train_samples_per_second", "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
+    "train_samples_per_second", "steady_samples_per_second", "steady_tokens_per_second", "steady_steps", "steady_mfu",
+    "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
     "gradient_accumulation_steps", "block_length", "dataset_blocks", "vocab_size", "vocab_size_requested",
     "n_parameters", "model_uses_num_items_in_batch", "eval", "eval_loss", "perplexity", "deepspeed_config",
     "source_fingerprint", "versions",
@@ -85,6 +86,35 @@ def finite_number(value):
     return value if math.isfinite(value) else None
 
 
+def steady_rate(records: list[dict], global_batch_size: int, tokens_per_sample: int | None = None) -> dict:
+    """The rate a run sustained: from its first logged step to its last, leaving out what comes before the first
+    record (start-up, DeepSpeed's initialisation, compilation, the first steps' warm-up).
+
+    Args:
+        records: progress.jsonl's step records of one attempt, in order ({"step", "elapsed_s", ...}; events and
+            records without both keys are skipped).
+        global_batch_size: samples per optimizer step over all ranks.
+        tokens_per_sample: tokens in one sample (block length); None leaves tokens/s out.
+
+    Returns:
+        {"steady_samples_per_second", "steady_tokens_per_second", "steady_steps": [first, last]} -- samples (tokens)
+        per second over all ranks between the two records, rounded; every value None when fewer than two records
+        with distinct steps and times exist (a run shorter than two logging intervals has no steady state).
+    """
+    rows = [r for r in records if isinstance(r.get("step"), int) and isinstance(r.get("elapsed_s"), (int, float))]
+    none = {"steady_samples_per_second": None, "steady_tokens_per_second": None, "steady_steps": None}
+    if len(rows) < 2:
+        return none
+    first, last = rows[0], rows[-1]
+    steps, seconds = last["step"] - first["step"], last["elapsed_s"] - first["elapsed_s"]
+    if steps <= 0 or seconds <= 0:
+        return none
+    sps = global_batch_size * steps / seconds
+    return {"steady_samples_per_second": round(sps, 3),
+            "steady_tokens_per_second": round(sps * tokens_per_sample, 1) if tokens_per_sample else None,
+            "steady_steps": [first["step"], last["step"]]}
+
+
 def count_parameters(model) -> int:
     """Number of parameters of ``model`` (ZeRO-3 partitioned ones counted whole, via ``ds_numel``)."""
     return int(sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()))
@@ -121,6 +151,7 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
     elapsed = records[-1]["elapsed_s"] if records else None
     steps = state.global_step
     config = getattr(model, "config", None)
+    steady = steady_rate(records, progress.global_batch_size, progress.tokens_per_sample)
     eval_loss = finite_number((eval_metrics or {}).get("eval_loss"))
     metrics = {
         **identity,
@@ -136,7 +167,9 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         "last_loss": losses[-1] if losses else None,
         "train_loss": finite_number(summary.get("train_loss")),
         "train_samples_per_second": finite_number(summary.get("train_samples_per_second"))
-        or (round(progress.global_batch_size * steps / elapsed, 3) if elapsed else None),
+        or (round(progress.global_batch_size * (steps - progress.start_step) / elapsed, 3) if elapsed else None),
+        **steady,
+        "steady_mfu": None,
         "train_runtime_s": finite_number(summary.get("train_runtime")),
         "wall_time_s": round(time.monotonic() - rank_info().started, 2),
         "global_batch_size": progress.global_batch_size,
@@ -160,6 +193,13 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
             raise KeyError(f"metrics.json has no key {key!r}")
         metrics[key] = value
     assert tuple(metrics) == METRICS_KEYS, "build_metrics and METRICS_KEYS disagree"
+    if torch.cuda.is_available() and metrics["steady_tokens_per_second"] and metrics["world_size"]:
+        from train.common import flops
+
+        layers, hidden = flops.model_shape(config.to_dict() if config is not None else {})
+        mfu = flops.mfu(metrics["steady_tokens_per_second"] / metrics["world_size"], metrics["n_parameters"],
+                        layers, hidden, metrics["block_length"], torch.cuda.get_device_name())
+        metrics["steady_mfu"] = round(mfu, 4) if mfu is not None else None
     try:
         import deepspeed
 

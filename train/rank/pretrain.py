@@ -394,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                "vocab_size_requested": requested, "model_uses_num_items_in_batch": uses_num_items,
                "source_fingerprint": meta.get("source", {}).get("fingerprint")},
         rank_extra=lambda: {"first_batches_sha256": list(trainer.batch_digests)},
+        tokens_per_sample=block_length,
     )
     trainer.add_callback(perf.PerfCallback(training_args.output_dir, global_batch, block_length,
                                       samples_seen=lambda: trainer.samples_seen, world_size=world,

@@ -79,17 +79,25 @@ def test_metrics_and_progress(bert_2ranks):
     assert [(r["event"], r["step"], r["checkpoint"]) for r in lines if "event" in r] == [("save", 30, "checkpoint-30")]
     assert lines[-1]["event"] == "save"
     assert [r["step"] for r in records] == [1, 5, 10, 15, 20, 25, 30]
-    keys = {"step", "max_steps", "loss", "learning_rate", "grad_norm", "samples_per_second", "elapsed_s", "eta_s",
-            "epoch"}
+    keys = {"step", "max_steps", "loss", "learning_rate", "grad_norm", "samples_per_second", "tokens_per_second",
+            "interval_s", "elapsed_s", "eta_s", "epoch"}
     assert all(set(r) == keys for r in records), records
     assert all(r["grad_norm"] > 0 for r in records), records  # ZeRO-2's own pre-clip norm
     assert all(r["max_steps"] == BERT_STEPS and r["loss"] > 0 and r["samples_per_second"] > 0 for r in records)
     assert records[-1]["eta_s"] == 0 and records[0]["eta_s"] > 0
     assert [r["elapsed_s"] for r in records] == sorted(r["elapsed_s"] for r in records)
     assert records[0]["loss"] == m["first_loss"] and records[-1]["loss"] == m["last_loss"]
-    # samples/s is global batch x steps / elapsed
-    r = records[-1]
-    assert r["samples_per_second"] == pytest.approx(m["global_batch_size"] * r["step"] / r["elapsed_s"], rel=0.01)
+    # samples/s is the rate over the interval since the record before (train/tests/test_rates.py has the cases);
+    # tokens/s = samples/s x the block length; metrics.json's steady rate is first -> last logged step
+    gb = m["global_batch_size"]
+    for before, r in zip(records, records[1:]):
+        assert r["interval_s"] == pytest.approx(r["elapsed_s"] - before["elapsed_s"], abs=0.01)
+        assert r["samples_per_second"] == pytest.approx(gb * (r["step"] - before["step"]) / r["interval_s"], rel=0.01)
+        assert r["tokens_per_second"] == pytest.approx(r["samples_per_second"] * m["block_length"], rel=0.001)
+    assert m["steady_steps"] == [1, BERT_STEPS] and m["steady_mfu"] is None  # no GPU: no MFU
+    assert m["steady_samples_per_second"] == pytest.approx(
+        gb * (BERT_STEPS - 1) / (records[-1]["elapsed_s"] - records[0]["elapsed_s"]), rel=0.01)
+    assert m["steady_tokens_per_second"] == pytest.approx(m["steady_samples_per_second"] * m["block_length"], rel=0.01)
     png = (out / "loss_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
@@ -285,6 +293,19 @@ def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_1rank, bert_2ra
     # samples/s and per GPU, printed to 0.1 (the report rounds per GPU to 0.01 first)
     assert float(row[2].replace(",", "")) == pytest.approx(sps[2], abs=0.051), md
     assert float(row[3].replace(",", "")) == pytest.approx(sps[2] / 2, abs=0.06) and row[4] == "8 x 1", md
+
+    # what the user saw beside the benchmark's window: the progress line's rate at the last step, the summary's
+    # steady rate and the Trainer's average, each from that run's own files, and the 10 % target on the first
+    two_run = next(r for r in data["runs"] if r["world_size"] == 2)
+    last = [json.loads(ln) for ln in (bert_2ranks["out"] / "progress.jsonl").read_text().splitlines()
+            if '"event"' not in ln][-1]
+    assert two_run["progress_last_samples_per_second"] == last["samples_per_second"] > 0
+    assert two_run["summary_steady_samples_per_second"] == bert_2ranks["metrics"]["steady_samples_per_second"]
+    assert two_run["summary_average_samples_per_second"] == bert_2ranks["metrics"]["train_samples_per_second"]
+    shown, steady = last["samples_per_second"], two_run["samples_per_second"]
+    verdict = "met" if abs(shown - steady) <= 0.1 * steady else "missed"
+    assert (f"bert tiny, 2 rank(s): the progress line's samples/s at the last step within 10 % of the steady rate: "
+            f"{shown:,.1f} vs {steady:,.1f} — {verdict}") in data["targets"], data["targets"]
 
     # a repeated run of one world size replaces the earlier one (the last record counts)
     again = data["runs"] + [dict(data["runs"][0], samples_per_second=2 * data["runs"][0]["samples_per_second"])]

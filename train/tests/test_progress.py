@@ -18,6 +18,20 @@ def test_format_record_full():
     assert format_record(rec) == "step 40/200 (20%) | loss 6.1200 | 35.1 samples/s | elapsed 1m02s | ETA 4m07s"
 
 
+def test_format_record_shows_tokens_per_second_when_the_record_has_it():
+    rec = {"step": 40, "max_steps": 200, "loss": 6.12, "samples_per_second": 1140.2, "tokens_per_second": 583782.4,
+           "elapsed_s": 62, "eta_s": 247}
+    assert format_record(rec) == ("step 40/200 (20%) | loss 6.1200 | 1140.2 samples/s, 584 k tokens/s | "
+                                  "elapsed 1m02s | ETA 4m07s")
+
+
+def test_format_count():
+    from train.controller.progress import format_count
+
+    assert [format_count(v) for v in (950.4, 4492.8, 583782.4, 1.23e6, 12.6e6)] == \
+        ["950", "4.5 k", "584 k", "1.2 M", "13 M"]
+
+
 def test_format_record_missing_fields():
     assert format_record({"step": 3}) == "step 3 | loss ? | ? samples/s | elapsed ? | ETA ?"
 
@@ -86,8 +100,8 @@ def test_the_summary_table_reads_what_came_back(tmp_path):
     assert lines[0] == "run run1: finished"
     assert lines[1] == "steps        30 of 30 (world size 3; head-1: rank 0, worker-1: ranks 1,2)"
     assert lines[2] == "loss         8.6123 -> 5.1000 (first -> last logged step)"
-    assert lines[3:6] == ["samples/s    41.3", "wall time    1m15s",
-                          "checkpoints  3 kept: checkpoint-5, checkpoint-20, checkpoint-30"]
+    assert lines[3:6] == ["samples/s    41.3 whole-run average (the Trainer's; start-up and compilation included)",
+                          "wall time    1m15s", "checkpoints  3 kept: checkpoint-5, checkpoint-20, checkpoint-30"]
     assert lines[6] == f"results      {out}/"
     files = {line.split()[0]: line for line in lines[7:]}
     assert list(files) == ["model/", "metrics.json", "loss_curve.png", "runs/", "logs/", "train.log"]
@@ -97,13 +111,23 @@ def test_the_summary_table_reads_what_came_back(tmp_path):
     assert len({line.index(line.split()[1], 17) for line in lines[7:]}) == 1  # the file column is aligned
 
 
+def test_the_summary_names_the_steady_rate_and_the_whole_run_average(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "steps": 60, "max_steps": 60, "train_samples_per_second": 478.04, "steady_samples_per_second": 1140.21,
+        "steady_tokens_per_second": 583787.5, "steady_steps": [10, 60], "steady_mfu": 0.5271, "wall_time_s": 90}))
+    rate = [line for line in summary_lines(tmp_path, "r") if line.startswith("samples/s")]
+    assert rate == ["samples/s    1140.2 steady (steps 10-60, 584 k tokens/s, MFU 52.7 %); 478.0 whole-run average "
+                    "(the Trainer's; start-up and compilation included)"]
+
+
 def test_the_summary_of_a_failed_run_without_metrics_uses_its_progress(tmp_path):
     (tmp_path / "progress.jsonl").write_text('{"step": 5, "max_steps": 50, "loss": 7.0, "elapsed_s": 9.0}\n'
-                                             '{"step": 10, "max_steps": 50, "loss": 6.5, "elapsed_s": 12.0}\n{"st')
+                                             '{"step": 10, "max_steps": 50, "loss": 6.5, "elapsed_s": 12.0, '
+                                             '"samples_per_second": 26.7}\n{"st')
     lines = summary_lines(tmp_path, "r", failed=True)
     assert lines[:5] == ["run r: FAILED, what came back", "steps        10 of 50",
-                         "loss         7.0000 -> 6.5000 (first -> last logged step)", "samples/s    -",
-                         "wall time    12s"]
+                         "loss         7.0000 -> 6.5000 (first -> last logged step)",
+                         "samples/s    26.7 at the last logged step", "wall time    12s"]
     assert "checkpoints  none kept" in lines
     assert summary_lines(tmp_path, "r")[0] == "run r: ended without a metrics.json (see train.log and logs/)"
 

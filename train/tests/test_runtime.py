@@ -259,7 +259,7 @@ from transformers.integrations import get_reporting_integration_callbacks
 targs = TrainingArguments(output_dir={str(tmp_path)!r}, report_to=usable_report_to("tensorboard"))
 assert targs.report_to == [] and get_reporting_integration_callbacks(targs.report_to) == []
 cb = ProgressCallback({str(tmp_path)!r}, 8)
-cb.on_train_begin(None, types.SimpleNamespace(is_world_process_zero=True), None)
+cb.on_train_begin(None, types.SimpleNamespace(is_world_process_zero=True, global_step=0), None)
 cb.on_train_end(None, None, None)
 """
     proc = _run(code)

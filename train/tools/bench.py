@@ -18,10 +18,8 @@ efficiency = (samples/s / world size) / (samples/s / world size of the series' s
 that run's samples/s (the usual weak-scaling definitions, e.g. NVIDIA DeepLearningExamples' "weak scaling"
 tables: throughput at N GPUs over N x the 1-GPU throughput).
 
-MFU: model FLOPs per token = 6 N + 12 L h s (Kaplan et al. 2020 / PaLM appendix B: 6 N for
-the dense weights forward + backward, 12 L h s for attention scores and values), N = every parameter
-(metrics.json n_parameters, embeddings included), L layers, h width, s tokens per sample; MFU = FLOPs/token x
-tokens/s / PEAK_FLOPS, PEAK_FLOPS = 790e12 (the dense bf16 matrix rate measured on one H200 of the device machine).
+MFU: train.common.flops (6 N + 12 L h s FLOPs per token, N = metrics.json n_parameters, over the GPU's measured
+dense bf16 rate), from perf.json's steady-state tokens/s.
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-PEAK_FLOPS = 790e12
-MFU_FORMULA = "MFU = (6*N + 12*L*h*s) * tokens_per_s / 790e12 (bf16 dense rate measured on one H200)"
+from train.common import flops
+
 _LOG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]")
 #: ansible.posix.profile_tasks' line under each task header: "... (0:00:00.851)       0:00:12.480 ****"
 _PROFILE_LINE = re.compile(r"\((\d+):(\d\d):(\d\d(?:\.\d+)?)\)\s+(\d+):(\d\d):(\d\d(?:\.\d+)?)\s+\*+\s*$")
@@ -163,11 +161,6 @@ def _load(name: str, dirs: list[str]) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path else {}
 
 
-def model_flops_per_token(n_params: int, layers: int, hidden: int, seq: int) -> float:
-    """6 N + 12 L h s: training FLOPs per token (see the module docstring)."""
-    return 6.0 * n_params + 12.0 * layers * hidden * seq
-
-
 #: the start-up phases of a row: (name, perf.json "startup" key it ends at); each starts where the one before ends,
 #: the first at the launcher's first log line (the DeepSpeed launcher's start)
 STARTUP_PHASES = (("launcher to rank process", "process_start"), ("imports", "imports_done"),
@@ -194,15 +187,12 @@ def run_row(run: dict) -> dict:
     dirs = run["run_dirs"]
     job, metrics, perf = _load("job.json", dirs), _load("metrics.json", dirs), _load("perf.json", dirs)
     config = job.get("model_config", {})
-    layers = config.get("num_hidden_layers", config.get("n_layer"))
-    hidden = config.get("hidden_size", config.get("n_embd"))
+    layers, hidden = flops.model_shape(config)
     seq = perf.get("block_length") or metrics.get("block_length")
     n = metrics.get("n_parameters")
     sps = perf.get("steady_samples_per_second")
     tps = perf.get("steady_tokens_per_second")
-    mfu = None
-    if all(isinstance(v, (int, float)) for v in (n, layers, hidden, seq, tps)):
-        mfu = model_flops_per_token(n, layers, hidden, seq) * tps / PEAK_FLOPS
+    mfu = flops.mfu(tps, n, layers, hidden, seq, perf.get("gpu"))
     first = perf.get("first_step_end_unix_s")
     launch = _log_start(_find("train.log", dirs) or Path("/nonexistent"))
     start = run.get("playbook_start_unix_s")
@@ -230,10 +220,30 @@ def run_row(run: dict) -> dict:
         else None,
         "steps": metrics.get("steps"), "first_loss": metrics.get("first_loss"), "last_loss": metrics.get("last_loss"),
         "gpu": perf.get("gpu"), "versions": metrics.get("versions"),
+        # what the user saw: the progress line at the last step (the last interval's rate) and the summary's
+        # steady rate (metrics.json: first to last logged step), beside perf.json's GPU-synchronised window above
+        "progress_last_samples_per_second": _last_progress_rate(_find("progress.jsonl", dirs)),
+        "summary_steady_samples_per_second": metrics.get("steady_samples_per_second"),
+        "summary_average_samples_per_second": metrics.get("train_samples_per_second"),
         "profile": profile.read_text(encoding="utf-8") if profile else None,
         "profile_window": perf.get("profile"),
         "prelaunch": prelaunch,
     }
+
+
+def _last_progress_rate(path: Path | None) -> float | None:
+    """samples_per_second of the last step record of a progress.jsonl (train/rank/callbacks.py), None without one."""
+    if path is None:
+        return None
+    rate = None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "event" not in record and record.get("samples_per_second") is not None:
+            rate = record["samples_per_second"]
+    return rate
 
 
 def scaling(rows: list[dict]) -> list[dict]:
@@ -291,8 +301,9 @@ def markdown(report: dict) -> str:
              "parameter (embeddings included), s = tokens per sample. Steady state: between the end of step "
              "max_steps/4 and the last step, the GPU synchronised at both ends.", "",
              "| run | samples/s | tokens/s | MFU | micro x accum (global) | peak GPU memory (alloc / reserved) | "
-             "playbook start → first step end | launcher start → first step end | N, vocab |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "playbook start → first step end | launcher start → first step end | N, vocab | "
+             "progress line at the last step / summary steady / Trainer's average (samples/s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in report["runs"]:
         mfu = f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "—"
         lines.append(
@@ -300,7 +311,10 @@ def markdown(report: dict) -> str:
             f"{mfu} | {r['micro_batch']} x {r['accumulation']} ({r['global_batch']}) | "
             f"{_fmt(r['peak_memory_allocated_gib'])} / {_fmt(r['peak_memory_reserved_gib'])} GiB | "
             f"{_fmt(r['playbook_start_to_first_step_s'])} s | {_fmt(r['launcher_start_to_first_step_s'])} s | "
-            f"{_fmt(r['n_parameters'] / 1e6 if r['n_parameters'] else None, '.1f')} M, {r['vocab_size']} |")
+            f"{_fmt(r['n_parameters'] / 1e6 if r['n_parameters'] else None, '.1f')} M, {r['vocab_size']} | "
+            f"{_fmt(r.get('progress_last_samples_per_second'), ',.1f')} / "
+            f"{_fmt(r.get('summary_steady_samples_per_second'), ',.1f')} / "
+            f"{_fmt(r.get('summary_average_samples_per_second'), ',.1f')} |")
     lines += ["", "Settings per run:", ""]
     for r in report["runs"]:
         lines.append(f"- {r['label']}: `{r['command']}` — {r['precision']}{' via torch_autocast' if r['autocast'] else ''}, "
@@ -365,7 +379,7 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
 
     Targets (checked in every docs/benchmarks/gpu-<date>.md): bert defaults >= 1,080 samples/s and >= 10x the
     blog's recipe; gpt2 >= 300 k tokens/s; playbook start -> first optimizer step end <= 30 s, launcher start ->
-    first step end <= 20 s. Scaling: each series' scaling efficiency at its largest world size >= 95 %
+    first step end <= 20 s; each run's progress line at its last step within 10 % of its steady rate. Scaling: each series' scaling efficiency at its largest world size >= 95 %
     (``scaling``).
     """
     rows = [run_row(r) for r in runs]
@@ -385,6 +399,10 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
     if gpt2 and gpt2["tokens_per_second"]:
         check("gpt2 defaults >= 300 k tokens/s", f"{gpt2['tokens_per_second']:,.0f}", gpt2["tokens_per_second"] >= 3e5)
     for r in rows:
+        shown, steady = r.get("progress_last_samples_per_second"), r["samples_per_second"]
+        if shown and steady:
+            check(f"{r['label']}: the progress line's samples/s at the last step within 10 % of the steady rate",
+                  f"{shown:,.1f} vs {steady:,.1f}", abs(shown - steady) <= 0.1 * steady)
         if r["playbook_start_to_first_step_s"] is not None:
             check(f"{r['label']}: playbook start -> first step end <= 30 s", f"{r['playbook_start_to_first_step_s']} s",
                   r["playbook_start_to_first_step_s"] <= 30)
@@ -402,7 +420,7 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
     gpu = next((r["gpu"] for r in rows if r["gpu"]), None)
     versions = next((r["versions"] for r in rows if r["versions"]), None)
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
-            "command": command, "commit": commit, "mfu_formula": MFU_FORMULA, "peak_flops": PEAK_FLOPS,
+            "command": command, "commit": commit, "mfu_formula": flops.MFU_FORMULA, "peak_flops": flops.peak_flops(gpu),
             "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or [],
             "imports": imports}
 

@@ -1,0 +1,89 @@
+"""The rates a run reports: progress.jsonl's per-interval samples/s and tokens/s (train/rank/callbacks.py's
+ProgressCallback, driven here through its Trainer hooks with a stand-in clock), after a resume too, and metrics.json's
+steady rate (train/rank/metrics.py steady_rate) and MFU (train/common/flops.py)."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from train.common import flops
+from train.rank.metrics import steady_rate
+
+
+def test_steady_rate_is_first_to_last_logged_step():
+    records = [{"step": 1, "elapsed_s": 30.0}, {"event": "save", "step": 5}, {"step": 10, "elapsed_s": 34.0},
+               {"step": 20, "elapsed_s": 38.0}]
+    got = steady_rate(records, global_batch_size=64, tokens_per_sample=128)
+    assert got == {"steady_samples_per_second": 64 * 19 / 8.0, "steady_tokens_per_second": 64 * 19 / 8.0 * 128,
+                   "steady_steps": [1, 20]}
+    assert steady_rate(records, 64)["steady_tokens_per_second"] is None
+    none = {"steady_samples_per_second": None, "steady_tokens_per_second": None, "steady_steps": None}
+    assert steady_rate(records[:1], 64) == none  # one logged step: no steady state
+    assert steady_rate([{"step": 3, "elapsed_s": 2.0}, {"step": 3, "elapsed_s": 2.0}], 64) == none
+
+
+def test_mfu_is_the_formula_over_the_measured_peak_of_known_gpus_only():
+    # BERT-base at seq 512 (N = 109.5 M with the MLM head, L 12, h 768): 6N + 12 L h s FLOPs per token
+    per_token = flops.model_flops_per_token(109_514_298, 12, 768, 512)
+    assert per_token == 6 * 109_514_298 + 12 * 12 * 768 * 512
+    got = flops.mfu(583_787.5, 109_514_298, 12, 768, 512, "NVIDIA H200")
+    assert got == pytest.approx(per_token * 583_787.5 / 790e12) and 0.52 < got < 0.53
+    assert flops.mfu(583_787.5, 109_514_298, 12, 768, 512, "NVIDIA A10G") is None  # no measured peak
+    assert flops.mfu(None, 109_514_298, 12, 768, 512, "NVIDIA H200") is None
+    assert flops.model_shape({"n_layer": 12, "n_embd": 768}) == (12, 768)
+    assert flops.model_shape({"num_hidden_layers": 2, "hidden_size": 64}) == (2, 64)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def drive(callback, clock, start_step, steps, step_seconds, log_every, max_steps, first_step_extra=0.0):
+    """Run ``callback`` through a Trainer's begin / step / log calls from ``start_step`` for ``steps`` steps of
+    ``step_seconds`` each (the first ``first_step_extra`` longer: compilation), logging every ``log_every``."""
+    args = SimpleNamespace(logging_strategy="steps")
+    state = SimpleNamespace(global_step=start_step, max_steps=max_steps, is_world_process_zero=True, epoch=0.0)
+    control = SimpleNamespace(should_log=False)
+    callback.on_train_begin(args, state, control)
+    for i in range(steps):
+        clock.now += step_seconds + (first_step_extra if i == 0 else 0.0)
+        state.global_step += 1
+        callback.on_step_end(args, state, control)
+        if state.global_step % log_every == 0 or state.global_step == max_steps:
+            callback.on_log(args, state, control, logs={"loss": 2.0, "learning_rate": 1e-4})
+    callback.on_train_end(args, state, control)
+
+
+def test_progress_rates_are_per_interval_and_honest_after_a_resume(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from train.rank import callbacks
+
+    clock = Clock()
+    monkeypatch.setattr(callbacks.time, "monotonic", clock)
+    # 60 steps of 0.25 s at a global batch of 64 (256 samples/s), the first step 20 s longer (compilation)
+    first = callbacks.ProgressCallback(tmp_path / "a", global_batch_size=64, tokens_per_sample=512)
+    drive(first, clock, 0, 60, 0.25, 10, 100, first_step_extra=20.0)
+    rates = [r["samples_per_second"] for r in first.records]
+    assert rates[0] == pytest.approx(64 * 10 / 22.5, rel=1e-3)  # the first interval holds the compilation
+    assert rates[1:] == [pytest.approx(256.0)] * 5  # every later interval: the real rate, not an average since 0
+    assert first.records[-1]["tokens_per_second"] == pytest.approx(256.0 * 512)
+    assert first.records[-1]["interval_s"] == pytest.approx(2.5)
+    on_disk = [json.loads(ln) for ln in (tmp_path / "a" / "progress.jsonl").read_text().splitlines()]
+    assert on_disk == first.records
+    assert steady_rate(first.records, 64, 512)["steady_samples_per_second"] == pytest.approx(256.0)
+
+    # resumed from step 60 at half the speed (0.5 s a step): the first interval after the resume counts only the
+    # steps since the resume, and the ETA the steps left at this attempt's speed
+    again = callbacks.ProgressCallback(tmp_path / "b", global_batch_size=64, tokens_per_sample=512)
+    drive(again, clock, 60, 40, 0.5, 10, 100, first_step_extra=5.0)
+    assert [r["step"] for r in again.records] == [70, 80, 90, 100]
+    assert again.records[0]["samples_per_second"] == pytest.approx(64 * 10 / 10.0)
+    assert [r["samples_per_second"] for r in again.records[1:]] == [pytest.approx(128.0)] * 3
+    assert again.records[1]["eta_s"] == pytest.approx(20 * 0.5, rel=0.05)  # 20 steps left at 0.5 s
+    assert again.records[1]["elapsed_s"] == pytest.approx(15.0)  # since this attempt began
+    assert steady_rate(again.records, 64, 512)["steady_samples_per_second"] == pytest.approx(128.0)
