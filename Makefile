@@ -35,7 +35,7 @@ lint: setup
 # to `make unit`.
 # The roles' filter plugins are pure Python too: their tests join this tier.
 FILTER_TESTS := roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests/test_cuda_support_filter.py \
-                roles/train_launch/tests/test_run_failure_filter.py
+                roles/train_launch/tests/test_run_failure_filter.py roles/train_launch/tests/test_slurm_refusal_filter.py
 unit-fast: setup
 	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(FILTER_TESTS) $(PYTEST_ARGS)
 

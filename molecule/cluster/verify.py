@@ -310,8 +310,9 @@ def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_sta
 def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
     """worker-1 gets new ssh host keys (as a reinstalled node, or another machine at its address, would): the
     playbooks' rsync copies from the head (train_stage's stage_copy and a plain ansible.posix.synchronize, both with
-    verify_host) refuse it with a message naming the node and the fix; nothing is copied. The keys are restored
-    afterwards, so the head reaches worker-1 again."""
+    verify_host) refuse it with a message naming the node and the fix; nothing is copied; the ssh mesh (site.yml's)
+    refuses to trust the new key, naming both fingerprints and how to accept it. The keys are restored afterwards,
+    so the head reaches worker-1 again."""
     nodes, _ = inventory()
     head, node = nodes[0], "worker-1"
     saved = "/root/dsc-saved-host-keys"
@@ -340,6 +341,15 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
         assert "playbooks/ssh_mesh.yml" in text
         assert re.search(r"B=True .*Host key verification failed", text), r.stdout[-3000:]
         assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/job.py", check=False).returncode != 0
+        # site.yml's ssh mesh does not trust the new key silently: it names both fingerprints and the command that
+        # accepts it on purpose (the head's known_hosts is left as it was)
+        fp = podman_exec(node, "ssh-keygen", "-l", "-E", "sha256", "-f", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
+        mesh = playbook("playbooks/ssh_mesh.yml")
+        said = " ".join(mesh.stdout.split())
+        assert mesh.returncode != 0, said[-3000:]
+        assert f"The ssh host key of {node} changed since the head last trusted it: {node} ssh-ed25519 SHA256:" in \
+            said and f" -> {fp.split()[1]}" in said, said[-3000:]
+        assert f"""ansible-playbook site.yml -e '{{"ssh_mesh_accept_new_host_keys": ["{node}"]}}'""" in said, said[-3000:]
     finally:
         podman_exec(node, "sh", "-c", f"rm -f /etc/ssh/ssh_host_* && cp -a {saved}/. /etc/ssh/ && kill -HUP 1")
         time.sleep(1)

@@ -136,8 +136,9 @@ def test_a_worker_lost_mid_run_is_named_unreachable_and_the_run_stops_on_the_oth
 
 def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_path):
     """While run A (a Slurm job: -e launcher=slurm) trains, run B is refused before anything is staged or launched,
-    naming A and how to stop it; `train.yml -e stop=A` cancels A's job (Slurm records it CANCELLED, none is left in
-    the queue) and stops A on every node (no process of it left), and A's own playbook ends, its run kept."""
+    naming A and how to follow or stop it; `train.yml -e stop=A` cancels A's job (Slurm records it CANCELLED, none is
+    left in the queue) and stops A on every node (no process of it left), and A's own playbook ends saying A was
+    stopped (not failed), its run kept."""
     nodes, _ = cluster.inventory()
     run_a, run_b = f"busy-a-{int(time.time())}", f"busy-b-{int(time.time())}"
     proc, log = start_run(run_a, tmp_path, "-e", "launcher=slurm")
@@ -152,6 +153,7 @@ def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_
         for n in nodes:
             assert f"host {n}: run {run_a} is still running there" in text, (n, text[-3000:])
         assert f"ansible-playbook train.yml -e stop={run_a}" in text
+        assert f"ansible-playbook train.yml -e attach={run_a} follows it" in text, text[-3000:]
         assert "Launch deepspeed" not in b.stdout and "Stage the code" not in b.stdout
         assert not (tmp_path / run_b).exists()
 
@@ -166,6 +168,10 @@ def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
+    # A's own train.yml says it was stopped on request (when and by what), not that it failed, and how to go on
+    said = " ".join(log.read_text().split())
+    assert f"run {run_a} was stopped (ansible-playbook train.yml -e stop={run_a}, at 20" in said, said[-3000:]
+    assert f"run {run_a} failed" not in said and "Failed node" not in said, said[-3000:]
     for n in nodes:
         assert cluster.processes_of(n, run_a) == [], (n, cluster.processes_of(n, run_a))
     assert cluster.podman_exec(nodes[0], "squeue", "--noheader", f"--name={run_a}").stdout.strip() == ""

@@ -6,6 +6,7 @@ step counter and the loss continuing; that train.yml is interrupted (SIGINT, as 
 the run to its end. One short tiny-BERT run (save every 10 steps)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -99,6 +100,9 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
             proc.kill()
     said = " ".join(log2.read_text().split())
     assert f"resuming run {run} from step {step}" in said, said[-3000:]
+    # until it saves a new one, the progress lines name the checkpoint the run resumed from
+    assert re.search(rf"step {step + 5}/{until} \(\d+%\) \| loss [\d.]+ \| [^|]* \| elapsed [^|]* \| ETA [^|]* \| "
+                     rf"last checkpoint: step {step}\b", said), said[-3000:]
     assert "User interrupted execution" in said and f"ansible-playbook train.yml -e attach={run}" in said, said[-3000:]
     going = {n: cluster.processes_of(n, run) for n in nodes}
     assert all(going.values()), going  # the run goes on without its playbook, on every node

@@ -205,11 +205,42 @@ def latest_complete(output_dir) -> Path | None:
     return None
 
 
+#: what rsync's or ssh's error lines mean, in words: (pattern in stderr, what failed -- {host} is the node)
+COPY_FAILURES = (
+    ("Host key verification failed",
+     "{host}'s ssh host key is not the one the head trusts (a reinstalled node, or another machine at its address; "
+     "ansible-playbook playbooks/ssh_mesh.yml says which key and how to accept it)"),
+    ("REMOTE HOST IDENTIFICATION HAS CHANGED",
+     "{host}'s ssh host key changed (ansible-playbook playbooks/ssh_mesh.yml says which key and how to accept it)"),
+    ("Permission denied", "the head's cluster key is not accepted by {host} (run site.yml to authorise it)"),
+    ("Could not resolve hostname", "the head cannot resolve {host}'s name"),
+    ("Connection timed out", "{host} does not answer over ssh (powered off, or its network cut)"),
+    ("No route to host", "{host} cannot be reached over ssh (no route to it)"),
+    ("Connection refused", "{host} refuses ssh (is sshd running there?)"),
+    ("No space left on device", "the head's disk is full (No space left on device)"),
+    ("No such file or directory", "{host} has no such checkpoint directory"),
+)
+
+
+def copy_failure(host: str, returncode: int, stderr: str) -> str:
+    """One line saying why an rsync of ``host``'s files failed: ``"<host>: <what failed, in words> (<the tool's own
+    line>)"`` for the causes of :data:`COPY_FAILURES`, else ``"<host>: <rsync's last line>"`` (``rc N`` when it said
+    nothing). rsync's last line ("rsync error: unexplained error (code 255) at io.c(232)") names no cause; the cause
+    is on an earlier line, from ssh or the remote rsync."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    for pattern, what in COPY_FAILURES:
+        said = next((line for line in lines if pattern in line), None)
+        if said is not None:
+            return f"{host}: {what.format(host=host)} ({said})"
+    return f"{host}: {lines[-1] if lines else f'rc {returncode}'}"
+
+
 def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
     """Copy the rank files (``RANK_FILTER``) of ``host``'s ``ckpt_dir`` (same path there) into the local one.
 
     Uses rsync over ``ssh host`` (the cluster's ssh config: names, ports, keys, known_hosts). Returns None on
-    success, else one line saying what failed (unreachable, no such directory, timeout)."""
+    success, else one line saying what failed (:func:`copy_failure`: a changed host key, unreachable, no such
+    directory, a full disk) or a timeout."""
     d = str(ckpt_dir).rstrip("/") + "/"
     cmd = ["rsync", "-a", "--timeout=30", "-e", " ".join(SSH), *RANK_FILTER, f"{host}:{d}", d]
     try:
@@ -217,8 +248,7 @@ def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
     except subprocess.TimeoutExpired:
         return f"{host}: rsync timed out after {timeout_s:.0f} s"
     if res.returncode:
-        last = (res.stderr.strip().splitlines() or [f"rc {res.returncode}"])[-1]
-        return f"{host}: {last}"
+        return copy_failure(host, res.returncode, res.stderr)
     return None
 
 

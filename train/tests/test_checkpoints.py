@@ -105,7 +105,30 @@ def test_gather_pulls_each_nodes_rank_files_and_marks_the_checkpoint(tmp_path, m
     final = checkpoints.gather(head, ["worker-1", "worker-2"], 4, 2, final=True)
     assert final["complete"] == [] and list(final["incomplete"]) == ["checkpoint-20"]
     assert "no optimizer shard of rank 3 in global_step20/" in final["incomplete"]["checkpoint-20"]
-    assert any(e.startswith("worker-2: ") for e in final["errors"]), final
+    assert any(e.startswith("worker-2: worker-2 has no such checkpoint directory (") for e in final["errors"]), final
     out = subprocess.run([sys.executable, "-m", "train.node.checkpoints", "latest", str(head)], cwd=REPO,
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == {"path": str(c10), "step": 10, "world_size": 4}
+
+
+def test_a_failed_copy_says_why_in_words_from_rsyncs_and_ssh_own_lines(tmp_path):
+    """rsync's last line ("rsync error: unexplained error (code 255)") names no cause: the line before it does. A real
+    rsync over a real ssh to a port nothing listens on, then the lines ssh prints for a changed host key."""
+    res = subprocess.run(["rsync", "-a", "--timeout=10", "-e", "ssh -p 1 -o BatchMode=yes -o ConnectTimeout=5",
+                          "127.0.0.1:/nonexistent/", str(tmp_path / "dst")], capture_output=True, text=True)
+    assert res.returncode == 255 and "code 255" in res.stderr.splitlines()[-1], res.stderr
+    said = checkpoints.copy_failure("worker-1", res.returncode, res.stderr)
+    assert said.startswith("worker-1: worker-1 refuses ssh (is sshd running there?) (ssh: connect to host "
+                           "127.0.0.1 port 1: Connection refused)"), said
+    changed = ("@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+               "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+               "Host key for worker-1 has changed and you have requested strict checking.\n"
+               "Host key verification failed.\n"
+               "rsync: connection unexpectedly closed (0 bytes received so far) [Receiver]\n"
+               "rsync error: unexplained error (code 255) at io.c(232) [Receiver=3.2.7]\n")
+    assert checkpoints.copy_failure("worker-1", 255, changed) == (
+        "worker-1: worker-1's ssh host key is not the one the head trusts (a reinstalled node, or another machine at "
+        "its address; ansible-playbook playbooks/ssh_mesh.yml says which key and how to accept it) (Host key "
+        "verification failed.)")
+    assert checkpoints.copy_failure("w", 23, "rsync: some other trouble\n") == "w: rsync: some other trouble"
+    assert checkpoints.copy_failure("w", 12, "") == "w: rc 12"

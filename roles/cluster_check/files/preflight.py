@@ -173,8 +173,10 @@ def busy(reports, hosts, head, run, master_port):
             else:
                 what = "run %s is still running there" % other
             problems.append(
-                "host %s: %s (pid %s). One run at a time: wait for it to end, or stop it on every node with "
-                "ansible-playbook train.yml -e stop=%s" % (host, what, ", ".join(str(p) for p in pids[:5]), other))
+                "host %s: %s (pid %s). One run at a time: wait for it to end (ansible-playbook train.yml "
+                "-e attach=%s follows it and brings its results back), or stop it on every node with "
+                "ansible-playbook train.yml -e stop=%s" % (host, what, ", ".join(str(p) for p in pids[:5]), other,
+                                                           other))
     if reports[head].get("master_port_in_use") and not problems:
         problems.append(
             "host %s (head): the master port %s is taken by another program (torch's rendezvous would fail with "

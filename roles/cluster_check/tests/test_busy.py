@@ -66,11 +66,12 @@ def test_the_preflight_finds_a_running_run_by_its_run_directory(tmp_path):
     assert found() == {}
 
 
-def test_the_refusal_names_the_run_and_the_command_that_stops_it():
+def test_the_refusal_names_the_run_and_the_commands_that_follow_or_stop_it():
     reports = {"head-1": {"runs": {"old": [11, 12]}, "master_port_in_use": True}, "worker-1": {"runs": {}}}
     problems = preflight.busy(reports, ["head-1", "worker-1"], "head-1", "new", 29500)
     assert problems == ["host head-1: run old is still running there (pid 11, 12). One run at a time: wait for it to "
-                        "end, or stop it on every node with ansible-playbook train.yml -e stop=old"]
+                        "end (ansible-playbook train.yml -e attach=old follows it and brings its results back), or "
+                        "stop it on every node with ansible-playbook train.yml -e stop=old"]
     reports["head-1"]["runs"] = {}
     assert "the master port 29500 is taken" in preflight.busy(reports, ["head-1", "worker-1"], "head-1", "new",
                                                              29500)[0]

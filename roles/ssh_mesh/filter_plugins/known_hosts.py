@@ -1,12 +1,18 @@
-"""Jinja filter of the ssh_mesh role: the known_hosts entries of the head from ssh-keyscan's answers.
+"""Jinja filters of the ssh_mesh role: the known_hosts entries of the head from ssh-keyscan's answers, and the keys
+among them that differ from the ones the head already trusts.
 
     loop: "{{ __ssh_mesh_keyscan.results | known_hosts_entries }}"   (roles/ssh_mesh/tasks/known_hosts.yml)
+    "{{ __ssh_mesh_keyscan.results | changed_host_keys(known_hosts_text) }}"
 
 ssh checks a host key under the name it connects to, written ``[name]:port`` for a port other than 22; each node is
 reached by its inventory name, its cluster address, its ansible_host and its other names, so each gets every key.
 """
 
 from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
 
 from jinja2.filters import do_int
 
@@ -53,8 +59,69 @@ def known_hosts_entries(scans):
     return out
 
 
+def fingerprint(key):
+    """ssh-keygen -l's SHA256 fingerprint of a public key blob (base64 text): "SHA256:<base64 of the digest, no
+    padding>"; the text itself when it is not base64."""
+    try:
+        blob = base64.b64decode(key, validate=True)
+    except (ValueError, TypeError):
+        return key
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def _names_match(field, host):
+    """Whether a known_hosts line's host field (comma-separated names or patterns' plain names, or one hashed name
+    ``|1|salt|hash``) names ``host`` (compared without case, as ssh does for plain names)."""
+    if field.startswith("|1|"):
+        try:
+            _, _, salt, digest = field.split("|")
+            mac = hmac.new(base64.b64decode(salt), host.encode(), hashlib.sha1).digest()
+        except (ValueError, TypeError):
+            return False
+        return hmac.compare_digest(mac, base64.b64decode(digest))
+    return host.lower() in (name.lower() for name in field.split(","))
+
+
+def trusted_keys(known_hosts_text, host):
+    """{key type: key blob} the known_hosts text holds for ``host`` (a name as ssh writes it, "[name]:port" for a
+    port other than 22); comment lines, @cert-authority and @revoked lines are left out."""
+    found = {}
+    for line in (known_hosts_text or "").splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[0].startswith("#") or fields[0].startswith("@"):
+            continue
+        if _names_match(fields[0], host):
+            found.setdefault(fields[1], fields[2])
+    return found
+
+
+def changed_host_keys(scans, known_hosts_text):
+    """The host keys ssh-keyscan got now that differ from the key of the same type known_hosts trusts for that name.
+
+    Args:
+      scans: the registered ssh-keyscan loop's ``results`` (as for :func:`known_hosts_entries`).
+      known_hosts_text: the head's known_hosts file as text ("" when there is none yet: every key is new, none
+        changed).
+
+    Returns:
+      list of {"node": the inventory name, "host": the name in known_hosts, "type": key type, "old": SHA256
+      fingerprint trusted, "new": SHA256 fingerprint scanned, "text": "<host> <type> <old> -> <new>"}, in the order
+      of the entries; a name or key type known_hosts does not hold yet is new, not changed, and is not listed.
+    """
+    out = []
+    for scan in scans:
+        for host, key in known_hosts_entries([scan]):
+            ktype, blob = key.split()[:2]
+            old = trusted_keys(known_hosts_text, host).get(ktype)
+            if old is not None and old != blob:
+                was, now = fingerprint(old), fingerprint(blob)
+                out.append({"node": scan["item"]["name"], "host": host, "type": ktype, "old": was, "new": now,
+                            "text": f"{host} {ktype} {was} -> {now}"})
+    return out
+
+
 class FilterModule:
-    """known_hosts_entries."""
+    """known_hosts_entries, changed_host_keys."""
 
     def filters(self):
-        return {"known_hosts_entries": known_hosts_entries}
+        return {"known_hosts_entries": known_hosts_entries, "changed_host_keys": changed_host_keys}

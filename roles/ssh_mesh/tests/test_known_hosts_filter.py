@@ -71,5 +71,44 @@ def test_a_scan_without_its_output_is_an_error():
         known_hosts.known_hosts_entries([{"item": {"name": "w", "address": "a", "port": 22, "aliases": []}}])
 
 
-def test_the_filter_is_registered_under_its_name():
-    assert known_hosts.FilterModule().filters() == {"known_hosts_entries": known_hosts.known_hosts_entries}
+def test_the_filters_are_registered_under_their_names():
+    assert known_hosts.FilterModule().filters() == {"known_hosts_entries": known_hosts.known_hosts_entries,
+                                                    "changed_host_keys": known_hosts.changed_host_keys}
+
+
+def _keypair(tmp_path, name):
+    """A real ed25519 public key (ssh-keygen) -> (blob, ssh-keygen -l's SHA256 fingerprint)."""
+    import subprocess
+
+    path = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    blob = path.with_suffix(".pub").read_text().split()[1]
+    fp = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", str(path) + ".pub"], check=True,
+                        capture_output=True, text=True).stdout.split()[1]
+    return blob, fp
+
+
+def test_a_changed_key_is_found_under_every_name_with_real_fingerprints_and_a_new_node_is_not(tmp_path):
+    import subprocess
+
+    old, old_fp = _keypair(tmp_path, "old")
+    new, new_fp = _keypair(tmp_path, "new")
+    assert known_hosts.fingerprint(old) == old_fp  # the fingerprint ssh-keygen -l prints
+    # the head trusted worker-1's old key under its name and address (port 2222), and head-1's key; worker-2 is new
+    (tmp_path / "known_hosts").write_text(
+        f"[worker-1]:2222 ssh-ed25519 {old}\n[10.0.0.2]:2222 ssh-ed25519 {old}\n# a comment\n"
+        f"head-1 ssh-ed25519 {new}\n@revoked * ssh-ed25519 {new}\n")
+    text = (tmp_path / "known_hosts").read_text()
+    w1 = scan("worker-1", "10.0.0.2", port=2222, lines=[f"10.0.0.2 ssh-ed25519 {new}"])
+    head = scan("head-1", "10.0.0.1", lines=[f"10.0.0.1 ssh-ed25519 {new}"])
+    w2 = scan("worker-2", "10.0.0.3", lines=[f"10.0.0.3 ssh-ed25519 {old}"])
+    changed = known_hosts.changed_host_keys([head, w1, w2], text)
+    assert changed == [{"node": "worker-1", "host": host, "type": "ssh-ed25519", "old": old_fp, "new": new_fp,
+                        "text": f"{host} ssh-ed25519 {old_fp} -> {new_fp}"} for host in ("[worker-1]:2222",
+                                                                                        "[10.0.0.2]:2222")]
+    assert known_hosts.changed_host_keys([head, w1, w2], "") == []  # no known_hosts yet: every key is new
+    # hashed names (ssh-keygen -H, HashKnownHosts) are matched too
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(tmp_path / "known_hosts")], check=True, capture_output=True)
+    hashed = (tmp_path / "known_hosts").read_text()
+    assert "worker-1" not in hashed and "|1|" in hashed
+    assert known_hosts.changed_host_keys([w1], hashed) == changed

@@ -19,6 +19,8 @@ Options:
     N``, or DeepSpeed's launcher's ``exits with return code = N``) while the job still runs, how long to wait for it
     to end by itself before giving up on it (default 15). The other nodes' ranks would otherwise wait in their next
     collective until torch's process-group timeout (30 min on gloo, 10 on NCCL).
+  checkpoint: the step of the checkpoint the run resumed from (-e resume=), or omitted: the progress lines name it as
+    the last checkpoint until the run saves a new one.
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
     every poll asks ``squeue`` on the head about it and prints a line when its state, Slurm's reason or its place
     among the pending jobs changes (train.controller.progress.slurm_job_line): a PENDING job is not silence.
@@ -70,6 +72,7 @@ _ARGSPEC = {
     "grace_seconds": {"type": "float", "default": 15.0},
     "liveness": {"type": "dict", "default": None},
     "slurm_job": {"type": "str", "default": None},
+    "checkpoint": {"type": "int", "default": None},
 }
 
 # A node's ranks ended with an error: pdsh's report of that node's ssh, or DeepSpeed's launcher (launch.py's
@@ -188,7 +191,7 @@ class ActionModule(AsyncFollowAction):
         log_pending = ""
         seen = 0
         last: dict = {}
-        checkpoint: int | None = None
+        checkpoint: int | None = args["checkpoint"]
         started = time.monotonic()
         last_news = started
         dead: tuple[str, int] | None = None

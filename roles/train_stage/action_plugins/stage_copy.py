@@ -108,7 +108,8 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
             status["msg"] = (
                 f"host {host}: the copy from {source} was refused: {host}'s ssh host key is not the one in "
                 f"{source}'s known_hosts ({changed}), so rsync would not send the data to it. If {host} was "
-                f"reinstalled on purpose, run `ansible-playbook playbooks/ssh_mesh.yml` to record its new key; else "
+                f"reinstalled on purpose, record its new key: ansible-playbook playbooks/ssh_mesh.yml -e "
+                f"'{{\"ssh_mesh_accept_new_host_keys\": [\"{host}\"]}}' (it shows the fingerprints first); else "
                 f"find out what answers at its address. rsync said: "
                 f"{' '.join(ln for ln in said.splitlines() if 'Host key' in ln or 'Offending' in ln)}")
         if not status.get("failed"):
