@@ -42,8 +42,10 @@ create() {
   "$repo/molecule/images/wheelhouse.sh" "$wheelhouse"
   mkdir -p "$state"
   [[ -f $state/id_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C dsc-cluster-controller -f "$state/id_ed25519"
-  podman network exists "$net" || podman network create --subnet "$subnet" "$net" >/dev/null
-  podman network exists "$mgmt_net" || podman network create --subnet "$mgmt_subnet" "$mgmt_net" >/dev/null
+  # isolate: no traffic between the two networks (the workers cannot reach the head's management address, as on a
+  # real cluster whose management network only the head and the controller share); this machine reaches both
+  podman network exists "$net" || podman network create -o isolate=true --subnet "$subnet" "$net" >/dev/null
+  podman network exists "$mgmt_net" || podman network create -o isolate=true --subnet "$mgmt_subnet" "$mgmt_net" >/dev/null
   : >"$state/known_hosts"
   for n in "${nodes[@]}"; do
     read -r name addr port ctl <<<"$n"

@@ -5,6 +5,7 @@ Run by `run.sh verify` (pytest) after `run.sh converge`, against the same contai
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -267,6 +268,44 @@ def test_master_address_is_the_heads_address_in_every_nodes_etc_hosts(mode):
     assert hosts[nodes[0]]["ansible_host"] != hosts[nodes[0]]["cluster_address"]
     in_etc_hosts = {podman_exec(n, "getent", "hosts", nodes[0]).stdout.split()[0] for n in nodes}
     assert given == in_etc_hosts == {hosts[nodes[0]]["cluster_address"]}, (given, in_etc_hosts)
+
+
+def test_a_master_address_the_workers_cannot_reach_is_refused_before_anything_changes(tmp_path):
+    """The inventory without the head's cluster_address: its ansible_host (the management network, which the workers
+    cannot reach) becomes its address. The ssh mesh stops before any node's /etc/hosts or keys change, and train.yml
+    before anything is staged, each naming the address, where it came from and the fix (set cluster_address)."""
+    nodes, _ = inventory()
+    head = nodes[0]
+    bad = tmp_path / "inventory"
+    shutil.copytree(INVENTORY, bad)
+    hosts = yaml.safe_load((bad / "hosts.yml").read_text())
+    mgmt = hosts["all"]["children"]["head"]["hosts"][head].pop("cluster_address") and \
+        hosts["all"]["children"]["head"]["hosts"][head]["ansible_host"]
+    (bad / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    before = {n: podman_exec(n, "cat", "/etc/hosts").stdout for n in nodes}
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    mesh = subprocess.run(["ansible-playbook", "-i", str(bad), "playbooks/ssh_mesh.yml"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    said = " ".join(mesh.stdout.split())
+    assert mesh.returncode != 0, said[-3000:]
+    for worker in nodes[1:]:
+        assert (f"{worker} cannot open a TCP connection to {head} at {mgmt} port 22 (its sshd; Timeout when waiting "
+                f"for {mgmt}:22). {mgmt} is {head}'s ansible_host (cluster_address is not set for it).") in said, \
+            said[-3000:]
+    assert f"set cluster_address: <{head}'s address on the network the nodes share> for {head}" in said
+    assert "Nothing was changed on the nodes" in said
+    assert {n: podman_exec(n, "cat", "/etc/hosts").stdout for n in nodes} == before
+    train = subprocess.run(["ansible-playbook", "-i", str(bad), "train.yml", "-e", "model=bert", "-e",
+                            "model_size=tiny", "-e", f"train_output_dir={tmp_path / 'out'}", "-e",
+                            "cluster_check_master_timeout_s=5"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=300)
+    said = " ".join(train.stdout.split())
+    assert train.returncode != 0, said[-3000:]
+    assert (f"cannot open a TCP connection to {head} at {mgmt} port 29500 (the master port, where torch's rendezvous "
+            f"will listen; Timeout when waiting for {mgmt}:29500). {mgmt} is {head}'s ansible_host") in said, \
+        said[-3000:]
+    assert "Nothing was staged or launched" in said and "Launch deepspeed" not in train.stdout
+    assert "Copy what runs on a node" not in train.stdout
 
 
 def test_site_yml_limited_to_one_node_stops_at_once_saying_what_to_run():

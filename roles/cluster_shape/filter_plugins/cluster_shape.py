@@ -47,6 +47,62 @@ def cluster_addresses(nodes, node_vars):
     return out
 
 
+def address_source(node, node_vars):
+    """Where the address the other nodes use for ``node`` comes from (cluster_addresses' rule), as words: "head-1's
+    cluster_address", "head-1's ansible_host (cluster_address is not set for it)" or "head-1's inventory name
+    (neither cluster_address nor ansible_host is set for it)". ``node_vars``: hostvars."""
+    own = node_vars[node]
+    if own.get("cluster_address"):
+        return "%s's cluster_address" % node
+    if "ansible_host" in own:
+        return "%s's ansible_host (cluster_address is not set for it)" % node
+    return "%s's inventory name (neither cluster_address nor ansible_host is set for it)" % node
+
+
+def reach_problem(node, node_vars, port, said, src, what="its sshd"):
+    """The sentence for ``src`` failing to open a TCP connection to ``node``'s cluster address on ``port``.
+
+    Args:
+      node: the node that was not reached; node_vars: hostvars (its address and where it comes from).
+      port: the TCP port tried (int or str); said: the check's own message (wait_for's "Timeout when waiting for
+        ..."); src: the node that tried; what: what listens on that port, for the message.
+
+    Returns:
+      "<src> cannot open a TCP connection to <node> at <address> port <port> (<what>; <said>). <address> is
+      <address_source>. <fix>": where the address is not the node's cluster_address, the fix is to set one (an
+      ansible_host is often on a management network the other nodes cannot reach); where it is, to check it is on
+      the network the nodes share and that no firewall drops that port between them.
+    """
+    address = cluster_addresses([node], node_vars)[node]
+    source = address_source(node, node_vars)
+    if node_vars[node].get("cluster_address"):
+        fix = ("Check that %s is %s's address on the network the nodes share, and that no firewall drops TCP port %s "
+               "between the nodes." % (address, node, port))
+    else:
+        fix = ("That address is how Ansible reaches %s, which may be a management network the other nodes cannot "
+               "reach: set cluster_address: <%s's address on the network the nodes share> for %s in the inventory "
+               "(docs/multi-node.md)." % (node, node, node))
+    return "%s cannot open a TCP connection to %s at %s port %s (%s; %s). %s is %s. %s" % (
+        src, node, address, port, what, str(said).strip(), address, source, fix)
+
+
+def reach_problems(results, node_vars, src, what="its sshd"):
+    """:func:`reach_problem` of every failed item of a registered ``ansible.builtin.wait_for`` loop (``failed`` set, or,
+    under ``failed_when: false``, a ``msg`` without the ``state`` of a success), whose items are {"name": node,
+    "port": port} (ssh_mesh's peers) or node names (the port then from the result's ``invocation``). Returns a list of
+    str, [] when none failed."""
+    out = []
+    for r in results:
+        # registered under failed_when: false, a timeout keeps wait_for's msg and has no "state" (a success has)
+        if not (r.get("failed") or ("msg" in r and "state" not in r)):
+            continue
+        item = r["item"]
+        node = item["name"] if isinstance(item, dict) else item
+        port = item.get("port") if isinstance(item, dict) else r.get("invocation", {}).get("module_args", {}).get("port")
+        out.append(reach_problem(node, node_vars, port, r.get("msg", ""), src, what))
+    return out
+
+
 def cluster_gpu_indices(nodes, node_vars):
     """The gpu_indices of each node that sets them, as a list of stripped strings (cluster_check validates them).
 
@@ -122,4 +178,5 @@ class FilterModule:
 
     def filters(self):
         return {"cluster_addresses": cluster_addresses, "cluster_gpu_indices": cluster_gpu_indices,
-                "cluster_ranks": cluster_ranks, "deepspeed_include": deepspeed_include}
+                "cluster_ranks": cluster_ranks, "deepspeed_include": deepspeed_include,
+                "address_source": address_source, "reach_problem": reach_problem, "reach_problems": reach_problems}

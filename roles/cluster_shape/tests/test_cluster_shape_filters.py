@@ -105,8 +105,51 @@ def test_include_reads_a_bad_index_as_zero_and_keeps_an_empty_list():
         "head-1:0,0@worker-1:"
 
 
+def test_an_unreachable_address_names_where_it_came_from_and_the_fix_that_fits():
+    node_vars = {"head-1": {"ansible_host": "10.89.78.10"}, "worker-1": {"cluster_address": "10.89.77.11"},
+                 "worker-2": {}}
+    assert shape.address_source("head-1", node_vars) == "head-1's ansible_host (cluster_address is not set for it)"
+    assert shape.address_source("worker-1", node_vars) == "worker-1's cluster_address"
+    assert shape.address_source("worker-2", node_vars) == \
+        "worker-2's inventory name (neither cluster_address nor ansible_host is set for it)"
+    said = "Timeout when waiting for 10.89.78.10:29500"
+    assert shape.reach_problem("head-1", node_vars, 29500, said, "worker-1", "the master port") == (
+        "worker-1 cannot open a TCP connection to head-1 at 10.89.78.10 port 29500 (the master port; Timeout when "
+        "waiting for 10.89.78.10:29500). 10.89.78.10 is head-1's ansible_host (cluster_address is not set for it). "
+        "That address is how Ansible reaches head-1, which may be a management network the other nodes cannot "
+        "reach: set cluster_address: <head-1's address on the network the nodes share> for head-1 in the inventory "
+        "(docs/multi-node.md).")
+    assert shape.reach_problem("worker-1", node_vars, "22", "x", "head-1").endswith(
+        "(its sshd; x). 10.89.77.11 is worker-1's cluster_address. Check that 10.89.77.11 is worker-1's address on "
+        "the network the nodes share, and that no firewall drops TCP port 22 between the nodes.")
+
+
+def test_every_failed_wait_for_item_gives_its_sentence():
+    node_vars = {"head-1": {"ansible_host": "10.89.78.10"}, "worker-1": {"cluster_address": "10.89.77.11"}}
+    results = [  # a wait_for loop over ssh_mesh's peers, as registered: the head failed, worker-1 answered
+        {"item": {"name": "head-1", "address": "10.89.78.10", "port": 22}, "failed": True,
+         "msg": "Timeout when waiting for 10.89.78.10:22"},
+        {"item": {"name": "worker-1", "address": "10.89.77.11", "port": 22}, "failed": False, "elapsed": 0}]
+    assert shape.reach_problems(results, node_vars, "worker-1") == [
+        shape.reach_problem("head-1", node_vars, 22, "Timeout when waiting for 10.89.78.10:22", "worker-1")]
+    named = [{"item": "head-1", "failed": True, "msg": "m", "invocation": {"module_args": {"port": 29500}}}]
+    assert shape.reach_problems(named, node_vars, "worker-1", "the master port")[0].startswith(
+        "worker-1 cannot open a TCP connection to head-1 at 10.89.78.10 port 29500 (the master port; m).")
+    assert shape.reach_problems(results[1:], node_vars, "worker-1") == []
+    # as registered under failed_when: false (a real wait_for loop's results: the timeout keeps its msg, a success
+    # has its state)
+    quiet = [{"elapsed": 2, "failed": False, "failed_when_result": False, "item": results[0]["item"],
+              "msg": "Timeout when waiting for 10.89.78.10:22"},
+             {"elapsed": 0, "failed": False, "failed_when_result": False, "item": results[1]["item"], "port": 22,
+              "state": "started"}]
+    assert shape.reach_problems(quiet, node_vars, "worker-1") == shape.reach_problems(results, node_vars, "worker-1")
+
+
 def test_the_filters_are_registered_under_their_names():
     assert shape.FilterModule().filters() == {"cluster_addresses": shape.cluster_addresses,
                                               "cluster_gpu_indices": shape.cluster_gpu_indices,
                                               "cluster_ranks": shape.cluster_ranks,
-                                              "deepspeed_include": shape.deepspeed_include}
+                                              "deepspeed_include": shape.deepspeed_include,
+                                              "address_source": shape.address_source,
+                                              "reach_problem": shape.reach_problem,
+                                              "reach_problems": shape.reach_problems}
