@@ -87,8 +87,10 @@ def finite_number(value):
 
 
 def steady_rate(records: list[dict], global_batch_size: int, tokens_per_sample: int | None = None) -> dict:
-    """The rate a run sustained: from its first logged step to its last, leaving out what comes before the first
-    record (start-up, DeepSpeed's initialisation, compilation, the first steps' warm-up).
+    """The rate a run sustained: from the first logged step at or after a quarter of max_steps (the window
+    train/rank/perf.py's GPU benchmark measures) to the last logged step, leaving out start-up, DeepSpeed's
+    initialisation, compilation and recompilation, and the first steps' warm-up; when no record is that late (a
+    short run), from the second record (the first logging interval left out).
 
     Args:
         records: progress.jsonl's step records of one attempt, in order ({"step", "elapsed_s", ...}; events and
@@ -98,14 +100,16 @@ def steady_rate(records: list[dict], global_batch_size: int, tokens_per_sample: 
 
     Returns:
         {"steady_samples_per_second", "steady_tokens_per_second", "steady_steps": [first, last]} -- samples (tokens)
-        per second over all ranks between the two records, rounded; every value None when fewer than two records
-        with distinct steps and times exist (a run shorter than two logging intervals has no steady state).
+        per second over all ranks between the two records, rounded; every value None when there are not two records
+        with distinct steps and times to measure between (a run shorter than a few logging intervals).
     """
     rows = [r for r in records if isinstance(r.get("step"), int) and isinstance(r.get("elapsed_s"), (int, float))]
     none = {"steady_samples_per_second": None, "steady_tokens_per_second": None, "steady_steps": None}
     if len(rows) < 2:
         return none
-    first, last = rows[0], rows[-1]
+    max_steps = next((r["max_steps"] for r in reversed(rows) if isinstance(r.get("max_steps"), int)), 0)
+    late = [r for r in rows[1:-1] if r["step"] >= max_steps // 4]
+    first, last = (late[0] if late else rows[min(1, len(rows) - 2)]), rows[-1]
     steps, seconds = last["step"] - first["step"], last["elapsed_s"] - first["elapsed_s"]
     if steps <= 0 or seconds <= 0:
         return none

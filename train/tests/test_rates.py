@@ -11,15 +11,22 @@ from train.common import flops
 from train.rank.metrics import steady_rate
 
 
-def test_steady_rate_is_first_to_last_logged_step():
-    records = [{"step": 1, "elapsed_s": 30.0}, {"event": "save", "step": 5}, {"step": 10, "elapsed_s": 34.0},
-               {"step": 20, "elapsed_s": 38.0}]
+def test_steady_rate_starts_at_a_quarter_of_the_run_and_leaves_the_compilation_out():
+    # a cold compile makes step 1 and the steps after it slow (recompilation): 60 steps, logged at 1 and every 10
+    records = [{"step": 1, "max_steps": 60, "elapsed_s": 30.0}, {"event": "save", "step": 5}]
+    records += [{"step": s, "max_steps": 60, "elapsed_s": 40.0 + (s - 10) * 0.5} for s in range(10, 61, 10)]
+    records[2]["elapsed_s"] = 45.0  # step 10: five more seconds of recompilation in the first interval
     got = steady_rate(records, global_batch_size=64, tokens_per_sample=128)
-    assert got == {"steady_samples_per_second": 64 * 19 / 8.0, "steady_tokens_per_second": 64 * 19 / 8.0 * 128,
-                   "steady_steps": [1, 20]}
+    # from step 20 (the first record at or after 60 // 4 = 15) to step 60: 40 steps in 20 s
+    assert got == {"steady_samples_per_second": 64 * 40 / 20.0, "steady_tokens_per_second": 64 * 40 / 20.0 * 128,
+                   "steady_steps": [20, 60]}
     assert steady_rate(records, 64)["steady_tokens_per_second"] is None
+    # a short run (no record that late): the first logging interval is left out
+    short = [{"step": 1, "elapsed_s": 30.0}, {"step": 10, "elapsed_s": 34.0}, {"step": 20, "elapsed_s": 38.0}]
+    assert steady_rate(short, 64)["steady_steps"] == [10, 20]
+    assert steady_rate(short[1:], 64)["steady_steps"] == [10, 20]  # two records: the one interval there is
     none = {"steady_samples_per_second": None, "steady_tokens_per_second": None, "steady_steps": None}
-    assert steady_rate(records[:1], 64) == none  # one logged step: no steady state
+    assert steady_rate(short[:1], 64) == none  # one logged step: no steady state
     assert steady_rate([{"step": 3, "elapsed_s": 2.0}, {"step": 3, "elapsed_s": 2.0}], 64) == none
 
 
