@@ -279,8 +279,9 @@ def test_a_master_address_the_workers_cannot_reach_is_refused_before_anything_ch
     bad = tmp_path / "inventory"
     shutil.copytree(INVENTORY, bad)
     hosts = yaml.safe_load((bad / "hosts.yml").read_text())
-    mgmt = hosts["all"]["children"]["head"]["hosts"][head].pop("cluster_address") and \
-        hosts["all"]["children"]["head"]["hosts"][head]["ansible_host"]
+    head_vars = hosts["all"]["children"]["head"]["hosts"][head]
+    del head_vars["cluster_address"]
+    mgmt = head_vars["ansible_host"]
     (bad / "hosts.yml").write_text(yaml.safe_dump(hosts))
     before = {n: podman_exec(n, "cat", "/etc/hosts").stdout for n in nodes}
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"))

@@ -34,9 +34,12 @@ import json
 import os
 import platform
 import re
+import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from train.data.artifact import RACY_NS, sha256_file, write_stamp
 
@@ -434,6 +437,26 @@ def hub_offline() -> str | None:
     return None
 
 
+def hub_unresolvable(endpoint: str | None = None) -> str | None:
+    """Why the Hugging Face hub cannot be reached at all -- its host name does not resolve here (no DNS: an
+    air-gapped head) -- as a short phrase, or None when it resolves (or no host can be told from the endpoint).
+
+    ``endpoint`` defaults to ``HF_ENDPOINT`` or https://huggingface.co (huggingface_hub's own default). One DNS
+    lookup, no connection. huggingface_hub retries a failed request five times with back-off (~24 s) before it
+    gives up, so load_hub asks this first and, when the name does not resolve, loads from the datasets cache only.
+    """
+    url = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return None
+    try:
+        socket.getaddrinfo(host, parts.port or (80 if parts.scheme == "http" else 443))
+    except OSError as e:
+        return f"{host} does not resolve here: {e.strerror or e}"
+    return None
+
+
 def _hub_fix(source: Source) -> str:
     hub = source.hub
     args = ", ".join(repr(a) for a in (hub["repo"], hub["config"]) if a is not None)
@@ -453,6 +476,11 @@ def load_hub(source: Source):
     """
     if source.loaded is not None:
         return source.loaded
+    unreachable = None
+    if hub_offline() is None and "datasets" not in sys.modules:
+        unreachable = hub_unresolvable()
+        if unreachable is not None:  # read at import: datasets then only looks in its cache, at once
+            os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
     import datasets
 
     _quiet_datasets()
@@ -463,6 +491,11 @@ def load_hub(source: Source):
     except Exception as e:  # noqa: BLE001 - sorted below into offline / not found / other
         offline = hub_offline()
         text = _first_line(e, 300)
+        if unreachable is not None:
+            raise DataError(
+                f"cannot reach the Hugging Face hub to load {hub['repo']} ({unreachable}) and the split is not in the "
+                f"datasets cache ({where}); give the head network access to huggingface.co, or {_hub_fix(source)}"
+            ) from None
         if offline is not None:
             raise DataError(
                 f"cannot load the hub data set {hub['repo']}: {offline}=1 is set (offline) and it is not in the "

@@ -223,6 +223,26 @@ def test_hub_name_offline_is_one_line_naming_the_fix(tmp_path, offline_var):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_hub_that_does_not_resolve_fails_at_once_from_the_cache_naming_the_fix(tmp_path):
+    """No offline variable set, but the hub's host name does not resolve (an air-gapped head): prepare_data looks in
+    the datasets cache only (no retries: huggingface_hub's back-off alone is ~24 s) and says why and how to fix it."""
+    from train.data import corpus
+
+    assert "nosuch.invalid does not resolve here" in corpus.hub_unresolvable("https://nosuch.invalid")
+    assert corpus.hub_unresolvable("http://localhost:1") is None
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update({"HF_ENDPOINT": "https://nosuch.invalid", "HF_HOME": str(tmp_path / "hf"),
+                "HF_DATASETS_CACHE": str(tmp_path / "hf" / "ds")})
+    job = write_job(tmp_path / "job.json", dataset_path="hub:Salesforce/wikitext:wikitext-2-raw-v1")
+    proc = subprocess.run([PYTHON, "-m", "train.data.prepare_data", "--job", str(job), "--out", str(tmp_path / "out")],
+                          check=False, cwd=REPO, text=True, capture_output=True, timeout=300, env=env)
+    line = one_line_error(proc, "cannot reach the Hugging Face hub to load Salesforce/wikitext",
+                          "nosuch.invalid does not resolve here", "not in the datasets cache", "save_to_disk",
+                          "-e dataset_path=")
+    assert "Retrying" not in proc.stdout + proc.stderr, line
+    assert not (tmp_path / "out").exists()
+
+
 def test_hub_source_is_prepared_and_fingerprinted_from_what_load_dataset_returns(tmp_path, monkeypatch):
     """No network here: corpus.load_hub is replaced by a stand-in returning a Dataset, as load_dataset would.
     prepare() must not force HF_HUB_OFFLINE for a hub name, and must rebuild when the hub split changes."""

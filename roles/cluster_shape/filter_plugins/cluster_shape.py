@@ -89,17 +89,14 @@ def reach_problem(node, node_vars, port, said, src, what="its sshd"):
 def reach_problems(results, node_vars, src, what="its sshd"):
     """:func:`reach_problem` of every failed item of a registered ``ansible.builtin.wait_for`` loop (``failed`` set, or,
     under ``failed_when: false``, a ``msg`` without the ``state`` of a success), whose items are {"name": node,
-    "port": port} (ssh_mesh's peers) or node names (the port then from the result's ``invocation``). Returns a list of
-    str, [] when none failed."""
+    "port": port} (ssh_mesh's peers; cluster_check's master-port check adds one). Returns a list of str, [] when none
+    failed."""
     out = []
     for r in results:
         # registered under failed_when: false, a timeout keeps wait_for's msg and has no "state" (a success has)
         if not (r.get("failed") or ("msg" in r and "state" not in r)):
             continue
-        item = r["item"]
-        node = item["name"] if isinstance(item, dict) else item
-        port = item.get("port") if isinstance(item, dict) else r.get("invocation", {}).get("module_args", {}).get("port")
-        out.append(reach_problem(node, node_vars, port, r.get("msg", ""), src, what))
+        out.append(reach_problem(r["item"]["name"], node_vars, r["item"]["port"], r.get("msg", ""), src, what))
     return out
 
 

@@ -132,7 +132,7 @@ def test_every_failed_wait_for_item_gives_its_sentence():
         {"item": {"name": "worker-1", "address": "10.89.77.11", "port": 22}, "failed": False, "elapsed": 0}]
     assert shape.reach_problems(results, node_vars, "worker-1") == [
         shape.reach_problem("head-1", node_vars, 22, "Timeout when waiting for 10.89.78.10:22", "worker-1")]
-    named = [{"item": "head-1", "failed": True, "msg": "m", "invocation": {"module_args": {"port": 29500}}}]
+    named = [{"item": {"name": "head-1", "port": 29500}, "failed": True, "msg": "m"}]
     assert shape.reach_problems(named, node_vars, "worker-1", "the master port")[0].startswith(
         "worker-1 cannot open a TCP connection to head-1 at 10.89.78.10 port 29500 (the master port; m).")
     assert shape.reach_problems(results[1:], node_vars, "worker-1") == []
