@@ -61,6 +61,7 @@ SCHEMA = {
     "attention": ("str", False),
     "torch_compile": ("bool", False),
     "regional_compilation": ("bool", False),
+    "gradient_checkpointing": ("bool", False),
     "mlm_head": ("str", False),
     "run_name": ("str", True),
     "report_to": ("str", False),
@@ -94,6 +95,8 @@ FAMILIES = {
     "roberta": {"positions": "max_position_embeddings", "offset": 2, "hidden": "hidden_size",
                 "heads": "num_attention_heads"},
     "gpt2": {"positions": "n_positions", "offset": 0, "hidden": "n_embd", "heads": "n_head"},
+    "llama": {"positions": "max_position_embeddings", "offset": 0, "hidden": "hidden_size",
+              "heads": "num_attention_heads"},
 }
 
 

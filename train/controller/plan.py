@@ -23,7 +23,7 @@ from pathlib import Path
 
 from train.common import job as jobmod
 from train.controller import resolve as resolvemod
-from train.controller import dsconfig, launch, script_args
+from train.controller import dsconfig, launch, memory, script_args
 from train.node import checkpoints
 
 LAUNCHERS = ("pdsh", "ansible", "slurm")
@@ -258,7 +258,8 @@ def _launch_commands(*, launcher: str, shape: dict, venv_dir: str, run_dir: str,
 
 def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_root: str, templates_dir: str,
           launcher: str = "pdsh", master_port=29500, script: str | None = None, script_args_value=None,
-          script_data: str | None = None, resume: str | None = None, now=None) -> dict:
+          script_data: str | None = None, resume: str | None = None, gpu_memory_bytes: int | None = None,
+          host_memory_bytes: int | None = None, now=None) -> dict:
     """Plan one run. Writes nothing; reads the controller's file system (script, output_root) only.
 
     Args:
@@ -277,6 +278,11 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         script_data: a file or directory on the head staged to every node as ``{data}``.
         resume: ``-e resume=``: a run name or ``latest`` (resume_source); the run goes on from its newest complete
             checkpoint in its own results directory, same job (RESUME_MAY_CHANGE aside) and world size.
+        gpu_memory_bytes: memory of the smallest GPU of the run's nodes (cuda), or None: a preset run's ZeRO stage,
+            offload, activation checkpointing and micro batch left ``auto`` are then chosen to fit it
+            (train.controller.memory), and the summary shows the estimate.
+        host_memory_bytes: memory of the smallest node (cuda), or None: bounds the optimizer offload the plan may
+            choose.
         now: aware datetime for default run names (tests).
 
     Returns:
@@ -288,7 +294,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
         {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
         script {src, name, imports} or None, script_data, launch {node: argv of the nodes that start ranks},
-        logs {node: log path of those nodes}, summary (lines to show).
+        logs {node: log path of those nodes}, memory (the memory plan's line, or None), summary (lines to show).
 
     Raises:
         PlanError / train.common.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
@@ -330,7 +336,11 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
                         "add -e script=<your training script>, or use -e dataset_path= for the built-in trainer")
 
     world = int(shape["world_size"])
-    job = resolvemod.resolve(model, overrides, now=now, world_size=world)
+    gpu = gpu_memory_bytes if script is None else None  # a script's own model is not known here
+    per_node = max(int(r) for r in shape["ranks"].values())
+    job = resolvemod.resolve(model, overrides, now=now, world_size=world, gpu_memory_bytes=gpu,
+                             host_memory_bytes=host_memory_bytes, ranks_per_node=per_node)
+    estimate = memory.describe(job, world, gpu, host_memory_bytes, per_node)
     ds_config = dsconfig.render(job, world, templates_dir)
     ds_text, ds_source = None, "rendered"
     if script is not None:
@@ -418,6 +428,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         "logs": logs,
         "zero_stage": stage,
         "resume": resumed,
+        "memory": estimate.line() if estimate is not None else None,
     }
     plan["files"]["launch.json"] = _json_text({
         "run_name": run, "mode": plan["mode"], "script": plan["script"], "entry": entry, "argv": argv,
@@ -447,6 +458,8 @@ def summary(plan: dict) -> list[str]:
         f"{include}; master {plan['master_addr']}:{plan['master_port']}; launcher {plan['launcher']}",
         f"micro batch {micro} x accumulation {accum} x world size {world} = global batch {micro * accum * world}",
     ]
+    if plan.get("memory"):
+        lines.append(plan["memory"])
     if plan["mode"] == "script":
         lines.append(f"script arguments: {' '.join(plan['argv'])}")
         if plan["ds_config_source"] != "rendered":

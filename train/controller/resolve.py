@@ -19,18 +19,19 @@ from pathlib import Path
 
 import yaml
 
-from train.common.job import (CHOICES, FAMILIES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
+from train.common.job import (CHOICES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
                               resolve_precision, validate)
 from train.common import cli
 from train.common.jsonio import write_json_atomic
+from train.controller import memory
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
 # Keys that also take the value "auto": resolve() replaces it with a concrete value for the job's accelerator,
 # model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
-AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "optimizer", "autocast",
-             "torch_compile", "regional_compilation", "mlm_head")
+AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload_optimizer",
+             "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head")
 
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
@@ -43,14 +44,6 @@ AUTO_MICRO_TOKENS = 65536
 AUTO_MICRO_CPU = 16
 
 
-# zero_stage "auto" on cuda: ZeRO-0 below this many parameters (model states 16 B/param = 16 GB at 1e9: they fit
-# any current training GPU, and ZeRO-1/2 only add communication), ZeRO-2 below ZERO3_PARAMS, ZeRO-3 above.
-ZERO0_PARAMS = 1_000_000_000
-
-
-ZERO3_PARAMS = 10_000_000_000
-
-
 # Defaults for keys a preset may leave out (no numbers here: those live in the presets). `accelerator` has no
 # default on purpose: it is an inventory fact the playbook must pass.
 DEFAULTS = {
@@ -61,7 +54,8 @@ DEFAULTS = {
     "text_column": "text",
     "train_batch_size": None,
     "precision": "auto",
-    "offload_optimizer": "none",
+    "offload_optimizer": "auto",
+    "gradient_checkpointing": "auto",
     "optimizer": "auto",
     "autocast": "auto",
     "attention": "sdpa",
@@ -84,7 +78,7 @@ SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_op
 
 
 def available_models(presets_dir=PRESETS_DIR):
-    """Sorted preset names (the stems of `presets_dir/*.yml`), e.g. ['bert', 'gpt2', 'roberta']."""
+    """Sorted preset names (the stems of `presets_dir/*.yml`), e.g. ['bert', 'gpt2', 'llama', 'roberta']."""
     return sorted(p.stem for p in Path(presets_dir).glob("*.yml"))
 
 
@@ -143,12 +137,16 @@ def override_keys():
     return ["model"] + list(SCHEMA)
 
 
-def resolve(model, overrides=None, presets_dir=PRESETS_DIR, now=None, world_size=1):
+def resolve(model, overrides=None, presets_dir=PRESETS_DIR, now=None, world_size=1, gpu_memory_bytes=None,
+            host_memory_bytes=None, ranks_per_node=1):
     """Build the validated job dict for preset `model` with `overrides` (a dict; values may be `-e` strings).
 
     `model` may be None when overrides carry "model". `now` (an aware datetime) is only used for the default
     run_name `<model>-<size>-<YYYYmmddTHHMMSSZ>` (UTC). `world_size` (ranks, >= 1) sizes the "auto" micro batch and
-    gradient accumulation against the global batch. Returns a plain JSON-able dict: `model`, `data_key`,
+    gradient accumulation against the global batch; `gpu_memory_bytes` (the smallest GPU's memory, on cuda) lets the
+    memory plan choose the ZeRO stage, offload, activation checkpointing and micro batch (train.controller.memory;
+    `host_memory_bytes`, the smallest node's memory, and `ranks_per_node` bound the optimizer offload).
+    Returns a plain JSON-able dict: `model`, `data_key`,
     FIXED_KEYS and every SCHEMA key, with precision resolved (auto -> bf16 on cuda, fp32 on cpu) and every
     AUTO_KEYS "auto" replaced (_resolve_auto).
     Raises JobError (one-line message naming the key and the preset file or override) on any user mistake.
@@ -207,7 +205,7 @@ def resolve(model, overrides=None, presets_dir=PRESETS_DIR, now=None, world_size
 
     job["model"] = model
     resolve_precision(job, origin)
-    _resolve_auto(job, origin, world_size)
+    _resolve_auto(job, origin, world_size, gpu_memory_bytes, host_memory_bytes, ranks_per_node)
     validate(job, origin)
     if job["run_name"] is None:
         now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -232,79 +230,61 @@ def _ordered(job):
     return {key: job[key] for key in dict.fromkeys(order) if key in job}
 
 
-def approx_parameters(job):
-    """Parameter count of the job's model from its model_config, without building it (no torch here).
-
-    N ~= L x 12 h^2 (attention 4 h^2 + MLP 8 h^2 at the usual 4 h inner size; 2 x h x inner + 4 h^2 otherwise)
-    + (vocab_size + positions) x h (embeddings; the LM head is tied to them). Biases and norms (~0.1 %) are left
-    out: BERT-base gives 108.8 M against 109.5 M counted. Families not in FAMILIES give None.
-
-    Returns:
-        int (parameters) or None.
-    """
-    config = job.get("model_config") or {}
-    family = FAMILIES.get(job.get("model_type"))
-    if family is None:
-        return None
-    hidden = config.get(family["hidden"])
-    layers = config.get("num_hidden_layers", config.get("n_layer"))
-    positions = config.get(family["positions"]) or 0
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (hidden, layers)):
-        return None
-    inner = config.get("intermediate_size", config.get("n_inner")) or 4 * hidden
-    return layers * (4 * hidden * hidden + 2 * hidden * inner) + (job["vocab_size"] + positions) * hidden
+def _auto_micro(job, per_rank):
+    """The micro batch "auto" wants before memory is considered: on cuda the largest power of two p with
+    p x max_seq_length <= AUTO_MICRO_TOKENS, on cpu AUTO_MICRO_CPU; lowered until it divides ``per_rank`` (samples a
+    rank takes per optimizer step) when that is known."""
+    seq = job["max_seq_length"] if isinstance(job["max_seq_length"], int) else 512
+    cap = max(1, AUTO_MICRO_TOKENS // max(1, seq)) if job["accelerator"] == "cuda" else AUTO_MICRO_CPU
+    micro = 1 << (cap.bit_length() - 1)
+    if per_rank is not None:
+        micro = min(micro, per_rank)
+        while per_rank % micro:
+            micro -= 1
+    return micro
 
 
-def _resolve_auto(job, origin, world_size):
+def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_bytes=None, ranks_per_node=1):
     """Replace every "auto" of AUTO_KEYS with a concrete value (in place). The CUDA defaults apply on cuda only;
     on cpu "auto" keeps what the CPU path always ran (ZeRO-2, DeepSpeed's optimizer, bf16 nowhere, no compile,
-    the full MLM head, micro batch AUTO_MICRO_CPU).
+    the full MLM head, no offload, no activation checkpointing, micro batch AUTO_MICRO_CPU).
 
     Rules, in this order (each may read the ones before):
-      zero_stage: cpu or offload_optimizer cpu -> 2; cuda: 0 below ZERO0_PARAMS parameters (approx_parameters),
-        2 below ZERO3_PARAMS, else 3.
+      mlm_head: masked (the LM head at masked positions only, train/rank/mlm_head.py) for task mlm on cuda; full else.
+      zero_stage, offload_optimizer, gradient_checkpointing, per_device_train_batch_size on cuda with the GPU's
+        memory known (``gpu_memory_bytes``, the smallest GPU of the run): train.controller.memory.plan -- the first
+        of ZeRO 0/1/2, then with activation checkpointing, ZeRO-3, then optimizer offload, whose estimate fits the
+        GPU with a micro batch of at least MIN_MICRO_TOKENS tokens (or the one wanted); keys the user set are kept.
+        Otherwise (cpu, or the memory not given, or a model whose shape is unknown): zero_stage 2 on cpu or with
+        offload, else 0; offload none; checkpointing off; the micro batch below.
+      per_device_train_batch_size: cuda -> the largest power of two p with p x max_seq_length <= AUTO_MICRO_TOKENS
+        that divides train_batch_size / world_size (when a global batch is given); cpu -> AUTO_MICRO_CPU likewise;
+        the memory plan may lower it.
+      gradient_accumulation_steps: train_batch_size / (micro x world_size) when a global batch is given, else 1.
       optimizer: cuda without offload -> adamw_torch_fused (the Trainer's client optimizer: torch.optim.AdamW with
         fused=True); otherwise deepspeed (DeepSpeedCPUAdam needs DeepSpeed's own optimizer block).
       autocast: true (DeepSpeed's "torch_autocast" bf16 instead of its "bf16" block) when precision is bf16, the
         optimizer is the client one and zero_stage is 0 (faster than the bf16 block: docs/benchmarks/
         h200-early-findings.md); false otherwise.
       torch_compile: true on cuda, false on cpu.
-      mlm_head: masked (the LM head at masked positions only, train/rank/mlm_head.py) for task mlm on cuda; full else.
       regional_compilation: torch_compile with the masked MLM head; false otherwise. Regional compilation
         (accelerate's: each repeated block class -- a BertLayer -- compiled once and reused, the other modules one by
         one) leaves the model's own forward, with its LM-head loss, uncompiled: faster for BERT with the masked head,
         slower for GPT-2, whose full head's cross-entropy then runs eager (docs/benchmarks/gpu-2026-12-02.md and
         gpu-2026-12-02b.md).
-      per_device_train_batch_size: cuda -> the largest power of two p with p x max_seq_length <= AUTO_MICRO_TOKENS
-        that divides train_batch_size / world_size (when a global batch is given); cpu -> AUTO_MICRO_CPU likewise.
-        The rank may lower it further to fit its GPU's memory (train/rank/pretrain.py, keeping the global batch).
-      gradient_accumulation_steps: train_batch_size / (micro x world_size) when a global batch is given, else 1.
+
+    Returns the MemoryPlan behind the choice (train.controller.memory), or None when none was made.
 
     Raises:
-        JobError: a global batch that the world size (times a given micro batch) does not divide.
+        JobError: a global batch that the world size (times a given micro batch) does not divide; a model that fits
+            the GPUs in no way (memory.MemoryPlanError).
     """
     cuda = job["accelerator"] == "cuda"
-    offload = job["offload_optimizer"] != "none"
-    if job["zero_stage"] == "auto":
-        params = approx_parameters(job) or 0
-        if not cuda or offload:
-            job["zero_stage"] = 2
-        else:
-            job["zero_stage"] = 0 if params < ZERO0_PARAMS else 2 if params < ZERO3_PARAMS else 3
-    if job["optimizer"] == "auto":
-        job["optimizer"] = "adamw_torch_fused" if cuda and not offload else "deepspeed"
-    if job["autocast"] == "auto":
-        job["autocast"] = (job["precision"] == "bf16" and job["optimizer"] != "deepspeed"
-                           and job["zero_stage"] == 0)
-    if job["torch_compile"] == "auto":
-        job["torch_compile"] = cuda
-    if job["mlm_head"] == "auto":
-        job["mlm_head"] = "masked" if cuda and job["task"] == "mlm" else "full"
-    if job["regional_compilation"] == "auto":
-        job["regional_compilation"] = bool(job["torch_compile"]) and job["mlm_head"] == "masked"
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise JobError(f"world size must be a positive integer, got {world_size!r}", "world size",
                        "pass the number of ranks")
+    if job["mlm_head"] == "auto":
+        job["mlm_head"] = "masked" if cuda and job["task"] == "mlm" else "full"
     glob = job["train_batch_size"]
     per_rank = None
     if isinstance(glob, int) and not isinstance(glob, bool):
@@ -313,15 +293,25 @@ def _resolve_auto(job, origin, world_size):
                            origin.get("train_batch_size", "train_batch_size"),
                            f"set -e train_batch_size= to a multiple of {world_size}, or null")
         per_rank = glob // world_size
+    wanted = _auto_micro(job, per_rank)
+    planned = None
+    if cuda and gpu_memory_bytes:
+        planned = memory.plan(job, world_size, gpu_memory_bytes, wanted, per_rank, host_memory_bytes, ranks_per_node)
+    if planned is not None:
+        auto = {"zero_stage": planned.zero_stage, "offload_optimizer": "cpu" if planned.offload else "none",
+                "gradient_checkpointing": planned.checkpointing, "per_device_train_batch_size": planned.micro}
+        for key, value in auto.items():
+            if job[key] == "auto":
+                job[key] = value
+    if job["offload_optimizer"] == "auto":
+        job["offload_optimizer"] = "none"
+    offload = job["offload_optimizer"] != "none"
+    if job["zero_stage"] == "auto":
+        job["zero_stage"] = 2 if not cuda or offload else 0
+    if job["gradient_checkpointing"] == "auto":
+        job["gradient_checkpointing"] = False
     if job["per_device_train_batch_size"] == "auto":
-        seq = job["max_seq_length"] if isinstance(job["max_seq_length"], int) else 512
-        cap = max(1, AUTO_MICRO_TOKENS // max(1, seq)) if cuda else AUTO_MICRO_CPU
-        micro = 1 << (cap.bit_length() - 1)
-        if per_rank is not None:
-            micro = min(micro, per_rank)
-            while per_rank % micro:
-                micro -= 1
-        job["per_device_train_batch_size"] = micro
+        job["per_device_train_batch_size"] = wanted
     if job["gradient_accumulation_steps"] == "auto":
         micro = job["per_device_train_batch_size"]
         if per_rank is None:
@@ -333,6 +323,16 @@ def _resolve_auto(job, origin, world_size):
                            f"{world_size} x a whole number of accumulation steps",
                            origin.get("per_device_train_batch_size", "per_device_train_batch_size"),
                            f"pick a micro batch that divides {per_rank}, or -e per_device_train_batch_size=auto")
+    if job["optimizer"] == "auto":
+        job["optimizer"] = "adamw_torch_fused" if cuda and not offload else "deepspeed"
+    if job["autocast"] == "auto":
+        job["autocast"] = (job["precision"] == "bf16" and job["optimizer"] != "deepspeed"
+                           and job["zero_stage"] == 0)
+    if job["torch_compile"] == "auto":
+        job["torch_compile"] = cuda
+    if job["regional_compilation"] == "auto":
+        job["regional_compilation"] = bool(job["torch_compile"]) and job["mlm_head"] == "masked"
+    return planned
 
 
 def argv(job, dataset_dir, output_dir, deepspeed):
@@ -372,9 +372,12 @@ def argv(job, dataset_dir, output_dir, deepspeed):
         args += ["--torch_compile", "true", "--dataloader_drop_last", "true"]  # one batch shape: one compile
         if job.get("regional_compilation"):
             args += ["--regional_compilation", "true"]
+    if job["gradient_checkpointing"]:
+        # non-reentrant checkpointing: works under torch.compile and with inputs that need no grad
+        args += ["--gradient_checkpointing", "true", "--gradient_checkpointing_kwargs", '{"use_reentrant":false}']
     if job["accelerator"] == "cuda":
         # the NaN/inf filter of the logged loss tests every micro batch's loss on the host: a GPU sync each time
-        args += ["--fit_micro_batch_to_memory", "true", "--logging_nan_inf_filter", "false"]
+        args += ["--logging_nan_inf_filter", "false"]
     if job["dataloader_num_workers"] > 0:
         args += ["--dataloader_persistent_workers", "true"]
     return args
@@ -391,7 +394,9 @@ def summary(job, out=None):
                 if job["torch_compile"] else "")
     line = (f"job {job['run_name']}: {job['model']}/{job['model_size']} {job['task']} {job['max_steps']} steps, "
             f"micro {job['per_device_train_batch_size']}{accum}, seq {job['max_seq_length']}, "
-            f"lr {job['learning_rate']:g}, warm-up {job['warmup_steps']}, zero {job['zero_stage']}, "
+            f"lr {job['learning_rate']:g}, warm-up {job['warmup_steps']}, zero {job['zero_stage']}"
+            f"{', optimizer offload ' + job['offload_optimizer'] if job['offload_optimizer'] != 'none' else ''}"
+            f"{', activation checkpointing' if job['gradient_checkpointing'] else ''}, "
             f"{job['precision']}{' (torch_autocast)' if job['autocast'] else ''} on {job['accelerator']}, "
             f"optimizer {job['optimizer']}, {job['attention']} attention"
             f"{compiled}"
@@ -409,6 +414,9 @@ def _parser():
     res.add_argument("--overrides", default="{}", help="JSON object of overrides; string values are coerced")
     res.add_argument("--out", required=True, help="job JSON to write")
     res.add_argument("--world-size", type=int, default=1, help="ranks (sizes the auto micro batch; default 1)")
+    res.add_argument("--gpu-memory-gib", type=float, default=None,
+                     help="memory of the smallest GPU, GiB (cuda: the memory plan chooses ZeRO, offload, activation "
+                          "checkpointing and the micro batch; without it they follow the model-size-free rules)")
     arg = sub.add_parser("argv", help="print the JSON list of train.rank.pretrain's arguments for a job")
     arg.add_argument("job", help="job JSON written by resolve")
     arg.add_argument("--dataset-dir", required=True)
@@ -436,7 +444,8 @@ def _command(opts):
         if not isinstance(overrides, dict):
             raise JobError("--overrides must be a JSON object", "command line",
                            """pass e.g. '{"max_steps": 100}'""")
-        job = resolve(opts.model, overrides, world_size=opts.world_size)
+        gpu = int(opts.gpu_memory_gib * 2**30) if opts.gpu_memory_gib else None
+        job = resolve(opts.model, overrides, world_size=opts.world_size, gpu_memory_bytes=gpu)
         try:
             write_json_atomic(opts.out, job)
         except OSError as exc:

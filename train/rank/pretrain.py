@@ -100,82 +100,6 @@ class DataArguments:
 
     dataset_dir: str = field(metadata={"help": "prepared artifact directory (tokenizer/, dataset/, prepare.json)"})
     mlm_probability: float = field(default=0.15, metadata={"help": "share of tokens masked (task mlm)"})
-    fit_micro_batch_to_memory: bool = field(
-        default=False, metadata={"help": "halve the micro batch (doubling accumulation, same global batch) until the "
-                                         "estimate of fit_micro_batch fits this rank's GPU"}
-    )
-
-
-# -------------------------------------------------------------------------------------------- micro batch vs memory
-#: share of the GPU's memory the estimate may fill (the rest: CUDA context, allocator fragmentation, compile
-#: workspaces, NCCL buffers)
-MEMORY_SHARE = 0.85
-RESERVED_BYTES = 2 << 30
-
-
-def activation_bytes_per_sample(*, layers: int, hidden: int, seq: int, vocab: int, head_rows: float,
-                                half: bool) -> int:
-    """Estimated training memory of one sample (activations kept for backward), in bytes.
-
-    Transformer layers: 34 x seq x hidden bytes per layer in 16-bit (Korthikanti et al. 2022, "Reducing Activation
-    Recomputation in Large Transformer Models", sec. 4.1, without the 5 x heads x seq^2 attention-score term that
-    SDPA / flash attention do not store), doubled in fp32. LM head: head_rows x vocab x 10 bytes (16-bit logits,
-    their fp32 copy for the loss, its fp32 gradient).
-
-    Args:
-        layers, hidden, seq, vocab: model depth, width, tokens per sample, vocabulary size.
-        head_rows: rows the head computes per sample (seq for the full head, ~1.2 x mlm_probability x seq masked).
-        half: 16-bit activations (bf16/fp16, autocast included) or fp32.
-    """
-    per_layer = 34 * seq * hidden * (1 if half else 2)
-    return int(layers * per_layer + head_rows * vocab * 10)
-
-
-def fit_micro_batch(micro: int, accum: int, *, memory_bytes: int, n_params: int, per_sample_bytes: int):
-    """Halve ``micro`` and double ``accum`` (the global batch stays) until micro x per_sample_bytes fits.
-
-    Budget = MEMORY_SHARE x memory_bytes - RESERVED_BYTES - 16 x n_params (fp32 weights, gradients, Adam m and v).
-
-    Returns:
-        (micro, accum, budget_bytes): unchanged when it fits, or when micro is odd or 1.
-    """
-    budget = int(MEMORY_SHARE * memory_bytes) - RESERVED_BYTES - 16 * n_params
-    while micro > 1 and micro % 2 == 0 and micro * per_sample_bytes > budget:
-        micro, accum = micro // 2, accum * 2
-    return micro, accum, budget
-
-
-def _fit_to_gpu(values: dict) -> None:
-    """--fit_micro_batch_to_memory: adjust values' per_device_train_batch_size / gradient_accumulation_steps to
-    this rank's GPU before TrainingArguments (and the DeepSpeed config's "auto" batch values) are built."""
-    if not values.get("fit_micro_batch_to_memory") or not torch.cuda.is_available():
-        return
-    try:
-        config = json.loads(values.get("config_overrides") or "{}")
-    except json.JSONDecodeError:
-        return  # build_model reports it
-    layers = config.get("num_hidden_layers", config.get("n_layer"))
-    hidden = config.get("hidden_size", config.get("n_embd"))
-    vocab = config.get("vocab_size")
-    meta_path = Path(values.get("dataset_dir") or ".") / "prepare.json"
-    seq = json.loads(meta_path.read_text(encoding="utf-8")).get("block_length") if meta_path.is_file() else None
-    if not all(isinstance(v, int) for v in (layers, hidden, vocab, seq)):
-        return
-    masked = values.get("mlm_head") == "masked" and values.get("task") == "mlm"
-    rows = 1.2 * float(values.get("mlm_probability") or 0.15) * seq if masked else seq
-    per_sample = activation_bytes_per_sample(layers=layers, hidden=hidden, seq=seq, vocab=vocab, head_rows=rows,
-                                             half=True)
-    n_params = layers * 12 * hidden * hidden + vocab * hidden
-    local = int(values.get("local_rank", -1) if values.get("local_rank", -1) not in (None, -1) else 0)
-    memory = torch.cuda.get_device_properties(max(0, local)).total_memory
-    micro, accum = int(values["per_device_train_batch_size"]), int(values["gradient_accumulation_steps"])
-    new_micro, new_accum, budget = fit_micro_batch(micro, accum, memory_bytes=memory, n_params=n_params,
-                                                   per_sample_bytes=per_sample)
-    if new_micro != micro:
-        print(f"[pretrain] micro batch {micro} x accumulation {accum} -> {new_micro} x {new_accum} to fit "
-              f"{memory / 2**30:.0f} GiB ({per_sample / 2**20:.0f} MiB a sample estimated, budget "
-              f"{budget / 2**30:.1f} GiB); the global batch is unchanged", flush=True)
-        values["per_device_train_batch_size"], values["gradient_accumulation_steps"] = new_micro, new_accum
 
 
 def parse_arguments(argv: list[str] | None = None):
@@ -183,7 +107,7 @@ def parse_arguments(argv: list[str] | None = None):
 
     HfArgumentParser over the three dataclasses, with the rank runtime's CPU fix applied between parsing and
     building TrainingArguments (whose __post_init__ sets up devices): bootstrap.bootstrap with the --deepspeed value
-    (a single process becomes rank 0 of 1), --fit_micro_batch_to_memory, non-blocking batch copies on CUDA (pinned
+    (a single process becomes rank 0 of 1), non-blocking batch copies on CUDA (pinned
     batches, no --accelerator_config given), then patches.init_cpu_deepspeed_distributed. Unknown arguments are an
     error (argparse exits 2), as with parse_args_into_dataclasses.
     """
@@ -194,7 +118,6 @@ def parse_arguments(argv: list[str] | None = None):
     from train.rank.callbacks import usable_report_to  # TensorBoard left out, with a warning, where it can't be imported
 
     values["report_to"] = usable_report_to(values.get("report_to"), bootstrap.rank_info().rank)
-    _fit_to_gpu(values)
     if torch.cuda.is_available() and values.get("accelerator_config") is None and values.get("dataloader_pin_memory"):
         # batches go to the GPU from pinned memory without a sync each (a blocking copy waits for the GPU's queue)
         values["accelerator_config"] = {"non_blocking": True}

@@ -38,7 +38,7 @@ HF_AUTO_KEYS = [
     "scheduler.params.total_num_steps", "fp16.enabled", "bf16.enabled",
 ]
 MODEL_ARG_FLAGS = {"--task", "--model_type", "--config_overrides", "--model_name_or_path", "--dataset_dir",
-                   "--mlm_probability", "--attn_implementation", "--mlm_head", "--fit_micro_batch_to_memory",
+                   "--mlm_probability", "--attn_implementation", "--mlm_head",
                    "--regional_compilation"}
 
 

@@ -173,7 +173,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, model, overrides, message):
 
 def test_unknown_things_are_listed():
     err = run_cli("resolve", "--model", "xlnet", "--out", "/tmp/never.json").stderr
-    assert "bert, gpt2, roberta" in err
+    assert "bert, gpt2, llama, roberta" in err
     err = run_cli("resolve", "--model", "bert", "--overrides", '{"model_size": "huge", "accelerator": "cpu"}',
                   "--out", "/tmp/never.json").stderr
     assert "base, tiny" in err and "train/presets/bert.yml" in err
@@ -283,7 +283,7 @@ CONTRACT_FLAGS = {
     "--warmup_steps", "--max_steps", "--save_steps", "--logging_steps", "--save_total_limit", "--seed", "--bf16",
     "--fp16", "--report_to", "--dataloader_num_workers", "--lr_scheduler_type", "--save_strategy",
     "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
-    "--regional_compilation", "--dataloader_drop_last", "--fit_micro_batch_to_memory",
+    "--regional_compilation", "--dataloader_drop_last", "--gradient_checkpointing", "--gradient_checkpointing_kwargs",
     "--dataloader_persistent_workers", "--logging_nan_inf_filter", "--save_on_each_node",
 }
 

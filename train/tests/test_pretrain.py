@@ -15,7 +15,7 @@ import pytest
 
 from train.rank.metrics import METRICS_KEYS
 
-from .conftest import TINY_BERT, TINY_GPT2, ds_config, job_dict, launch, pretrain_args
+from .conftest import SEQ, TINY_BERT, TINY_GPT2, ds_config, job_dict, launch, pretrain_args
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # test tiers: pytest.ini
 
@@ -180,6 +180,38 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
     ids = tok("The if statement", return_tensors="pt")["input_ids"]
     gen = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     assert gen.shape[1] == ids.shape[1] + 5
+
+
+def test_llama_with_grouped_query_attention_and_activation_checkpointing(gpt2_artifact, tmp_path):
+    """The llama preset's model (LlamaForCausalLM: RoPE, RMSNorm, SwiGLU, 2 key/value heads for 4 query heads) on
+    the same byte-level BPE blocks, 2 ranks, with activation checkpointing as the memory plan turns it on: the loss
+    falls and the saved model loads as a Llama with its grouped-query attention."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from train.controller import resolve
+
+    job = resolve.resolve("llama", {"accelerator": "cpu", "model_size": "tiny", "gradient_checkpointing": True})
+    config = {**job["model_config"], "max_position_embeddings": SEQ}
+    out = tmp_path / "output"
+    args = pretrain_args(gpt2_artifact, out, ds_config(tmp_path / "ds.json", stage=2), task="clm",
+                         model_type="llama", config=config, max_steps=8, logging_steps=4, warmup=1)
+    flags = resolve.argv(job, "/d", "/o", "/c.json")
+    i = flags.index("--gradient_checkpointing")
+    launch(2, args + flags[i:i + 4], tmp_path)  # --gradient_checkpointing true --gradient_checkpointing_kwargs {..}
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["world_size"], m["steps"], m["task"]) == (2, 8, "clm")
+    assert m["last_loss"] < m["first_loss"]
+    assert torch.load(out / "model" / "training_args.bin", weights_only=False).gradient_checkpointing is True
+    tok = AutoTokenizer.from_pretrained(str(out / "model"))
+    model, info = AutoModelForCausalLM.from_pretrained(str(out / "model"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert (model.config.num_attention_heads, model.config.num_key_value_heads) == (4, 2)
+    assert model.model.layers[0].self_attn.k_proj.out_features == 2 * (128 // 4)  # 2 kv heads of 32
+    assert m["n_parameters"] == sum(p.numel() for p in model.parameters()) and model.config.vocab_size == len(tok)
+    gen = model.generate(tok("The if statement", return_tensors="pt")["input_ids"], max_new_tokens=3, do_sample=False)
+    assert gen.shape[1] > 3
 
 
 # ----------------------------------------------------------------------------------------------- in-process units

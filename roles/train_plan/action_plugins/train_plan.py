@@ -46,6 +46,8 @@ _ARGSPEC = {
     "script_args": {"type": "raw", "default": None},
     "script_data": {"type": "str", "default": None},
     "resume": {"type": "str", "default": None},
+    "gpu_memory_mib": {"type": "int", "default": None},
+    "host_memory_kib": {"type": "int", "default": None},
 }
 
 
@@ -81,6 +83,8 @@ class ActionModule(ActionBase):
                 script_args_value=args["script_args"],
                 script_data=args["script_data"],
                 resume=args["resume"],
+                gpu_memory_bytes=args["gpu_memory_mib"] * 2**20 if args["gpu_memory_mib"] else None,
+                host_memory_bytes=args["host_memory_kib"] * 1024 if args["host_memory_kib"] else None,
             )
         except JobError as exc:
             result.update(failed=True, msg=f"error: {exc}")

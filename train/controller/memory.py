@@ -1,0 +1,313 @@
+"""GPU memory plan of a preset run, on the controller (standard library only): how many bytes the model states and
+the activations of one micro batch take on each rank, and -- for the job keys left ``auto`` -- the ZeRO stage,
+optimizer offload, activation checkpointing and micro batch that fit the GPU.
+
+The estimate (bytes per rank, N parameters, W ranks, a micro batch of b samples of s tokens):
+
+* Model states, mixed precision with Adam (Rajbhandari et al. 2020, "ZeRO", sec. 3 and 5, K = 12): 16-bit
+  parameters and gradients, and fp32 master weights, Adam m and v -- 2 N + 2 N + 12 N = 16 N unpartitioned
+  (autocast's fp32 parameters and gradients with Adam's two states: 4 N + 4 N + 8 N, the same). ZeRO-1 partitions
+  the optimizer states (4 N + 12 N / W), ZeRO-2 the gradients too (2 N + 14 N / W), ZeRO-3 everything (16 N / W).
+  Optimizer offload to the CPU moves the fp32 states and gradients to host memory (16 N / W per rank there),
+  leaving 2 N + 2 N / W on the GPU (4 N / W with ZeRO-3).
+* Activations kept for the backward pass, per sample and layer, in 16-bit (Korthikanti et al. 2022, "Reducing
+  Activation Recomputation in Large Transformer Models", sec. 4.1, whose 34 s h is this for BERT/GPT-2), without
+  the attention scores, which SDPA / flash attention recompute: attention 2 s h (input) + 2 s h (queries) + 4 s h
+  kv/heads (keys, values) + 2 s h (output-projection input), + s h for a dropout mask; the MLP 2 s h + 4 s i (GELU:
+  its input and output at the inner size i) + s h dropout mask, or 2 s h + 8 s i (SwiGLU: gate, up, their
+  activation and product); two norms 4 s h. fp32 activations take twice that. With activation checkpointing only
+  each layer's input (2 s h) is kept, plus one layer's activations while it is recomputed.
+* The LM head: its rows (s, or the masked positions for the masked MLM head) x vocabulary x 10 bytes (16-bit
+  logits, their fp32 copy for the loss, its fp32 gradient).
+* The budget is MEMORY_SHARE of the GPU's memory less RESERVED_BYTES (CUDA context, allocator fragmentation,
+  compile workspaces, NCCL buffers).
+
+``plan`` tries, in order, ZeRO 0/1/2 without and then with activation checkpointing, ZeRO-3, then optimizer
+offload, and takes the first whose micro batch is "good" (the micro batch ``auto`` wants, or at least
+MIN_MICRO_TOKENS tokens), else the first that fits at all; a job that fits in none is refused (MemoryPlanError)
+with the numbers. ZeRO-1/2/3 partition nothing on one rank and are only tried with W > 1. Keys the user set are
+kept and only checked (``MemoryPlan.fits``). docs/training.md ("Bigger models") says the same for users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from train.common.job import FAMILIES, JobError
+
+#: share of the GPU's memory the estimate may fill, and what is set aside besides (module docstring)
+MEMORY_SHARE = 0.85
+RESERVED_BYTES = 2 << 30
+
+#: a micro batch of at least this many tokens keeps a GPU's matrix units busy: below it, checkpointing (or a
+#: larger ZeRO stage) that allows a larger micro batch is preferred
+MIN_MICRO_TOKENS = 8192
+
+#: share of a node's memory the offloaded optimizer states of its ranks may take (the rest: the OS, the data
+#: loaders, the ranks' own processes)
+HOST_SHARE = 0.75
+
+GB = 1e9
+
+
+class MemoryPlanError(JobError):
+    """No ZeRO stage, offload and activation checkpointing fit the model on the job's GPUs (the message gives the
+    numbers)."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory estimate needs of a model: ``params`` (N), ``layers``, ``hidden`` (h), ``heads``,
+    ``kv_heads`` (key/value heads: fewer than heads with grouped-query attention), ``inner`` (MLP width i),
+    ``vocab``, ``gated`` (SwiGLU MLP: three matrices) and ``dropout`` (dropout masks are kept)."""
+
+    params: int
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    inner: int
+    vocab: int
+    gated: bool
+    dropout: bool
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def model_shape(job: dict) -> ModelShape | None:
+    """The ModelShape of a resolved (or resolving) job's model from its ``model_config`` and ``vocab_size``, None
+    for a model type not in train.common.job.FAMILIES or a config missing its width, depth or heads.
+
+    Parameters (N): per layer 4 h^2 + 2 h i (BERT, RoBERTa, GPT-2: i = intermediate_size / n_inner, default 4 h) or
+    2 h^2 + 2 h^2 kv/heads + 3 h i (Llama: grouped-query attention, SwiGLU); plus the embeddings (vocabulary x h,
+    and the learned positions x h of BERT/GPT-2; Llama's untied output layer adds another vocabulary x h). Biases
+    and norms (~0.1 %) are left out: BERT-base gives 108.8 M against 109.5 M counted by torch.
+    """
+    family = FAMILIES.get(job.get("model_type"))
+    config = job.get("model_config") or {}
+    if family is None:
+        return None
+    hidden = _int(config.get(family["hidden"]))
+    layers = _int(config.get("num_hidden_layers", config.get("n_layer")))
+    heads = _int(config.get(family["heads"]))
+    vocab = _int(job.get("vocab_size"))
+    if None in (hidden, layers, heads, vocab):
+        return None
+    llama = job["model_type"] == "llama"
+    kv_heads = _int(config.get("num_key_value_heads")) or heads
+    inner = _int(config.get("intermediate_size", config.get("n_inner"))) or 4 * hidden
+    if llama:
+        per_layer = 2 * hidden * hidden + 2 * hidden * hidden * kv_heads // heads + 3 * hidden * inner
+        embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
+    else:
+        per_layer = 4 * hidden * hidden + 2 * hidden * inner
+        embeddings = (vocab + (_int(config.get(family["positions"])) or 0)) * hidden
+    return ModelShape(params=layers * per_layer + embeddings, layers=layers, hidden=hidden, heads=heads,
+                      kv_heads=kv_heads, inner=inner, vocab=vocab, gated=llama, dropout=not llama)
+
+
+def layer_activation_bytes(shape: ModelShape, seq: int, half: bool = True) -> int:
+    """Bytes one transformer layer keeps for backward for one sample of ``seq`` tokens (module docstring)."""
+    s, h, i = seq, shape.hidden, shape.inner
+    attention = 2 * s * h + 2 * s * h + 4 * s * h * shape.kv_heads // shape.heads + 2 * s * h
+    mlp = 2 * s * h + (8 * s * i if shape.gated else 4 * s * i)
+    norms = 4 * s * h
+    masks = 2 * s * h if shape.dropout else 0  # one byte an element, after attention and in the MLP
+    return (attention + mlp + norms) * (1 if half else 2) + masks
+
+
+def activation_bytes(shape: ModelShape, seq: int, head_rows: float, *, checkpointing: bool = False,
+                     half: bool = True) -> int:
+    """Bytes of activations one sample of ``seq`` tokens keeps for backward: every layer's (or, with activation
+    checkpointing, every layer's 16-bit input plus one layer's while it is recomputed) and the LM head's
+    ``head_rows`` x vocabulary x 10 bytes (module docstring)."""
+    layer = layer_activation_bytes(shape, seq, half)
+    layers = (shape.layers * 2 * seq * shape.hidden + layer) if checkpointing else shape.layers * layer
+    return int(layers + head_rows * shape.vocab * 10)
+
+
+def state_bytes(params: int, zero_stage: int, world_size: int, offload: bool) -> tuple[int, int]:
+    """(GPU bytes, host bytes) per rank of the parameters, gradients and Adam states of ``params`` parameters
+    under ZeRO ``zero_stage`` on ``world_size`` ranks, optimizer offloaded to the CPU or not (module docstring)."""
+    n, w = params, world_size
+    if offload:
+        gpu = 4 * n / w if zero_stage == 3 else 2 * n + 2 * n / w
+        return int(gpu), int(16 * n / w)
+    gpu = {0: 16 * n, 1: 4 * n + 12 * n / w, 2: 2 * n + 14 * n / w, 3: 16 * n / w}[zero_stage]
+    return int(gpu), 0
+
+
+def budget_bytes(gpu_memory_bytes: int) -> int:
+    """What the estimate may fill of a GPU of ``gpu_memory_bytes``: MEMORY_SHARE of it less RESERVED_BYTES."""
+    return int(MEMORY_SHARE * gpu_memory_bytes) - RESERVED_BYTES
+
+
+@dataclass
+class MemoryPlan:
+    """One choice and its estimate, bytes per rank. ``fits``: states + micro x per_sample within the budget."""
+
+    shape: ModelShape
+    zero_stage: int
+    offload: bool
+    checkpointing: bool
+    micro: int
+    states_gpu: int
+    states_host: int
+    per_sample: int
+    budget: int
+    gpu_memory: int
+    notes: list = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.states_gpu + self.micro * self.per_sample
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.budget
+
+    def line(self) -> str:
+        """The plan's memory line, e.g. ``memory: model 1.56 B parameters: states 24.9 GB a rank, activations 3.2 GB
+        a sample -> ZeRO 0, micro 16, activation checkpointing off: 76.0 of 117.9 GB (0.85 x 141.0 GB - 2 GiB)``."""
+        offload = f", optimizer states on the CPU ({self.states_host / GB:.1f} GB a rank)" if self.offload else ""
+        return (f"memory: model {self.shape.params / 1e9:.2f} B parameters: states {self.states_gpu / GB:.1f} GB a "
+                f"rank, activations {self.per_sample / GB:.2f} GB a sample -> ZeRO {self.zero_stage}{offload}, micro "
+                f"{self.micro}, activation checkpointing {'on' if self.checkpointing else 'off'}: "
+                f"{self.total / GB:.1f} of {self.budget / GB:.1f} GB ({MEMORY_SHARE} x {self.gpu_memory / GB:.1f} GB"
+                f" - 2 GiB)" + "".join(f"; {note}" for note in self.notes))
+
+
+def _head_rows(job: dict, seq: int) -> float:
+    if job.get("task") == "mlm" and job.get("mlm_head") == "masked":
+        return 1.2 * float(job.get("mlm_probability") or 0.15) * seq
+    return float(seq)
+
+
+def _options(world_size: int, fixed_stage: int | None):
+    """(zero_stage, offload, checkpointing) in the order they are tried (module docstring); only ``fixed_stage``
+    when the user set one (then on one rank too)."""
+    if fixed_stage is not None:
+        for offload in ((False, True) if fixed_stage > 0 else (False,)):
+            for ckpt in (False, True):
+                yield fixed_stage, offload, ckpt
+        return
+    partitioned = (1, 2) if world_size > 1 else ()
+    for ckpt in (False, True):
+        for stage in (0, *partitioned):
+            yield stage, False, ckpt
+    if world_size > 1:
+        yield 3, False, False
+        yield 3, False, True
+    for stage in ((2, 3) if world_size > 1 else (2,)):
+        yield stage, True, False
+        yield stage, True, True
+
+
+def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, per_rank: int | None,
+         host_memory_bytes: int | None = None, ranks_per_node: int = 1) -> MemoryPlan | None:
+    """Choose what the job left ``auto`` among zero_stage, offload_optimizer, gradient_checkpointing and
+    per_device_train_batch_size so that a rank's estimate fits ``gpu_memory_bytes`` (module docstring).
+
+    Args:
+        job: the job being resolved (model_type, model_config, vocab_size, max_seq_length, precision, task,
+            mlm_head, mlm_probability; those four keys as given: "auto" or a value the user fixed).
+        world_size: ranks (W >= 1).
+        gpu_memory_bytes: the smallest GPU's memory, bytes.
+        wanted_micro: the micro batch ``auto`` wants (a power of two; the largest one tried).
+        per_rank: samples a rank takes each optimizer step (train_batch_size / W), or None without a global batch;
+            a micro batch must divide it.
+        host_memory_bytes: the smallest node's memory, bytes, or None (not known): optimizer offload is chosen only
+            where ``ranks_per_node`` ranks' host states fit HOST_SHARE of it.
+        ranks_per_node: the most ranks on one node.
+
+    Returns:
+        MemoryPlan (its ``fits`` False when the user's fixed values do not fit: the caller warns), or None when the
+        model's shape is not known (a family not in FAMILIES).
+
+    Raises:
+        MemoryPlanError: nothing the ``auto`` keys may choose fits; the message gives the smallest estimate.
+    """
+    shape = model_shape(job)
+    if shape is None:
+        return None
+    seq = job["max_seq_length"]
+    half = job.get("precision") in ("bf16", "fp16")
+    rows = _head_rows(job, seq)
+    budget = budget_bytes(gpu_memory_bytes)
+    fixed_stage = None if job["zero_stage"] == "auto" else int(job["zero_stage"])
+    fixed_offload = None if job["offload_optimizer"] == "auto" else job["offload_optimizer"] != "none"
+    fixed_ckpt = None if job["gradient_checkpointing"] == "auto" else bool(job["gradient_checkpointing"])
+    fixed_micro = None if job["per_device_train_batch_size"] == "auto" else int(job["per_device_train_batch_size"])
+
+    def micro_that_fits(free: int, per_sample: int) -> int:
+        if fixed_micro is not None:
+            return fixed_micro if fixed_micro * per_sample <= free else 0
+        micro = wanted_micro
+        while micro >= 1:
+            if micro * per_sample <= free and (per_rank is None or per_rank % micro == 0):
+                return micro
+            micro //= 2
+        return 0
+
+    def good(micro: int) -> bool:
+        return micro >= 1 and (fixed_micro is not None or micro == wanted_micro or micro * seq >= MIN_MICRO_TOKENS)
+
+    candidates = []
+    for stage, offload, ckpt in _options(world_size, fixed_stage):
+        if fixed_offload is not None and offload != fixed_offload:
+            continue
+        if fixed_ckpt is not None and ckpt != fixed_ckpt:
+            continue
+        gpu, host = state_bytes(shape.params, stage, world_size, offload)
+        if (offload and fixed_offload is None and host_memory_bytes
+                and host * ranks_per_node > HOST_SHARE * host_memory_bytes):
+            continue  # the optimizer states would not fit the node's memory either
+        per_sample = activation_bytes(shape, seq, rows, checkpointing=ckpt, half=half)
+        micro = micro_that_fits(budget - gpu, per_sample)
+        candidates.append(MemoryPlan(shape, stage, offload, ckpt, micro, gpu, host, per_sample, budget,
+                                     gpu_memory_bytes))
+    if not candidates:  # offload with ZeRO-0 (job validation refuses it) or with ZeRO auto on one rank: checked
+        stage = fixed_stage if fixed_stage is not None else 2
+        gpu, host = state_bytes(shape.params, stage, world_size, bool(fixed_offload))
+        per_sample = activation_bytes(shape, seq, rows, checkpointing=bool(fixed_ckpt), half=half)
+        candidates.append(MemoryPlan(shape, stage, bool(fixed_offload), bool(fixed_ckpt),
+                                     micro_that_fits(budget - gpu, per_sample), gpu, host, per_sample, budget,
+                                     gpu_memory_bytes))
+    for cand in candidates:
+        if good(cand.micro):
+            return cand
+    for cand in candidates:
+        if cand.micro >= 1:
+            return cand
+    smallest = min(candidates, key=lambda c: c.states_gpu + c.per_sample)
+    smallest_offload = state_bytes(shape.params, 3 if world_size > 1 else 2, world_size, True)[1] * ranks_per_node
+    if fixed_micro is not None or (fixed_stage is not None and fixed_offload is not None and fixed_ckpt is not None):
+        smallest.micro = fixed_micro or 1
+        smallest.notes.append("the estimate exceeds the budget: this run may run out of GPU memory")
+        return smallest
+    host = (f"; optimizer offload would need {smallest_offload / GB:.1f} GB of each node's "
+            f"{host_memory_bytes / GB:.1f} GB" if host_memory_bytes else "")
+    raise MemoryPlanError(
+        f"model {shape.params / 1e9:.2f} B parameters does not fit {world_size} GPU(s) of "
+        f"{gpu_memory_bytes / GB:.1f} GB: even ZeRO {smallest.zero_stage}"
+        f"{' with the optimizer on the CPU' if smallest.offload else ''}"
+        f"{' and activation checkpointing' if smallest.checkpointing else ''} needs "
+        f"{(smallest.states_gpu + smallest.per_sample) / GB:.1f} GB a rank for one sample of {seq} tokens "
+        f"(states {smallest.states_gpu / GB:.1f} GB, activations {smallest.per_sample / GB:.2f} GB) against a budget "
+        f"of {budget / GB:.1f} GB{host}",
+        "model_size / model_config",
+        "use more GPUs (nodes or slots), a smaller model_size, a shorter -e max_seq_length, or leave zero_stage, "
+        "offload_optimizer and gradient_checkpointing auto")
+
+
+def describe(job: dict, world_size: int, gpu_memory_bytes: int | None, host_memory_bytes: int | None = None,
+             ranks_per_node: int = 1) -> MemoryPlan | None:
+    """The estimate of a resolved job (every key concrete) on ``world_size`` GPUs of ``gpu_memory_bytes``: its
+    MemoryPlan, whose ``line()`` the plan shows and whose ``fits`` is False (with a note) when the estimate exceeds
+    the budget. None without the GPU's memory, on cpu, or for a model whose shape is unknown."""
+    if not gpu_memory_bytes or job.get("accelerator") != "cuda":
+        return None
+    return plan(job, world_size, gpu_memory_bytes, int(job["per_device_train_batch_size"]), None, host_memory_bytes,
+                ranks_per_node)

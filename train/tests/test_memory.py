@@ -1,0 +1,138 @@
+"""train/controller/memory.py: the memory plan's numbers against cases computed by hand (the arithmetic is written
+out below, from the model shapes, not taken from the module), and the choices resolve makes with them."""
+import pytest
+
+from train.controller import memory as M
+from train.controller import resolve as R
+
+GIB = 2**30
+H200 = 143_771 * 2**20  # nvidia-smi --query-gpu=memory.total on the H200: 143,771 MiB
+A100_40 = 40_960 * 2**20
+
+
+def job(model, size=None, **extra):
+    overrides = {"accelerator": "cuda", **({"model_size": size} if size else {}), **extra}
+    return R.resolve(model, overrides)
+
+
+def test_parameters_of_the_public_shapes():
+    # GPT-2 XL: 48 x (4 x 1600^2 + 2 x 1600 x 6400) + (50257 + 1024) x 1600
+    assert M.model_shape(job("gpt2", "xl")).params == 48 * (10_240_000 + 20_480_000) + 51_281 * 1600 == 1_556_609_600
+    # Llama 3.1 8B: 32 x (2 x 4096^2 + 2 x 4096^2 x 8/32 + 3 x 4096 x 14336) + 2 x 128256 x 4096 (untied)
+    assert M.model_shape(job("llama", "8b")).params == 32 * (33_554_432 + 8_388_608 + 176_160_768) + 1_050_673_152
+    # Llama 3.2 1B: 16 x (2 x 2048^2 + 2 x 2048^2 x 8/32 + 3 x 2048 x 8192) + 128256 x 2048 (tied)
+    assert M.model_shape(job("llama", "1b")).params == 16 * (8_388_608 + 2_097_152 + 50_331_648) + 262_668_288
+    # BERT-base: 12 x (4 x 768^2 + 2 x 768 x 3072) + (30522 + 512) x 768 -- torch counts 109.5 M with biases, norms
+    assert M.model_shape(job("bert")).params == 12 * (2_359_296 + 4_718_592) + 31_034 * 768 == 108_768_768
+
+
+def test_activations_of_a_gpt2_layer_are_korthikantis_34_s_h():
+    shape = M.model_shape(job("gpt2", "xl"))
+    assert M.layer_activation_bytes(shape, 1024) == 34 * 1024 * 1600
+    # 48 layers + the full LM head's 1024 x 50257 x 10 bytes
+    assert M.activation_bytes(shape, 1024, 1024) == 48 * 34 * 1024 * 1600 + 1024 * 50257 * 10 == 3_188_500_480
+    # checkpointing keeps each layer's 16-bit input and one layer's activations
+    assert M.activation_bytes(shape, 1024, 1024, checkpointing=True) == (48 * 2 * 1024 * 1600 + 34 * 1024 * 1600
+                                                                         + 1024 * 50257 * 10)
+
+
+def test_activations_of_a_llama_layer():
+    shape = M.model_shape(job("llama", "8b"))
+    s, h, i = 2048, 4096, 14336
+    # attention 2sh + 2sh + 4sh x 8/32 + 2sh = 7sh; SwiGLU 2sh + 8si; norms 4sh; no dropout masks
+    assert M.layer_activation_bytes(shape, s) == 13 * s * h + 8 * s * i == 343_932_928
+
+
+def test_states_by_zero_stage_follow_the_zero_paper():
+    n = 1_000_000_000
+    assert M.state_bytes(n, 0, 8, False) == (16 * n, 0)
+    assert M.state_bytes(n, 1, 8, False) == (4 * n + 12 * n // 8, 0)
+    assert M.state_bytes(n, 2, 8, False) == (2 * n + 14 * n // 8, 0)
+    assert M.state_bytes(n, 3, 8, False) == (2 * n, 0)
+    assert M.state_bytes(n, 2, 8, True) == (2 * n + 2 * n // 8, 2 * n)
+    assert M.state_bytes(n, 3, 8, True) == (n // 2, 2 * n)
+
+
+def test_gpt2_xl_on_one_h200_is_zero_0_micro_16_without_checkpointing():
+    """The case of the first XL run: ZeRO-0 (one rank: ZeRO partitions nothing), and the micro batch in the plan."""
+    budget = int(0.85 * H200) - 2 * GIB                     # 126,000,917,913 bytes
+    states = 16 * 1_556_609_600                             # 24,905,753,600
+    per_sample = 3_188_500_480
+    assert (budget - states) // per_sample == 31            # micro 16: the largest power of two <= 31
+    j = R.resolve("gpt2", {"accelerator": "cuda", "model_size": "xl"}, gpu_memory_bytes=H200)
+    assert (j["zero_stage"], j["offload_optimizer"], j["gradient_checkpointing"]) == (0, "none", False)
+    assert (j["per_device_train_batch_size"], j["gradient_accumulation_steps"]) == (16, 32)  # 512 = 16 x 32 x 1
+    assert j["optimizer"] == "adamw_torch_fused" and j["autocast"] is True
+    line = M.describe(j, 1, H200).line()
+    assert line.startswith("memory: model 1.56 B parameters: states 24.9 GB a rank, activations 3.19 GB a sample -> "
+                           "ZeRO 0, micro 16, activation checkpointing off: 75.9 of 126.0 GB"), line
+
+
+def test_gpt2_xl_on_eight_40gb_gpus_partitions_the_states():
+    """On 40 GiB GPUs (a budget of 34.4 GB) 16 N = 24.9 GB leaves room for micro 2 (2,048 tokens); ZeRO-1 on 8 ranks
+    (4 N + 12 N / 8 = 8.6 GB) for micro 8 (8,192 tokens): the first good choice, before checkpointing."""
+    budget = int(0.85 * A100_40) - 2 * GIB
+    n, per_sample = 1_556_609_600, 3_188_500_480
+    assert (budget - 16 * n) // per_sample == 2
+    assert (budget - (4 * n + 12 * n // 8)) // per_sample == 8
+    j = R.resolve("gpt2", {"accelerator": "cuda", "model_size": "xl"}, world_size=8, gpu_memory_bytes=A100_40)
+    assert (j["zero_stage"], j["offload_optimizer"], j["gradient_checkpointing"]) == (1, "none", False)
+    assert (j["per_device_train_batch_size"], j["gradient_accumulation_steps"]) == (8, 8)  # 512 = 8 x 8 x 8
+
+
+def test_gpt2_xl_on_one_40gb_gpu_turns_checkpointing_on():
+    """One rank: no ZeRO stage helps; ZeRO-0 without checkpointing allows micro 2 (2,048 tokens), with it
+    (48 x 2sh + 34sh + head = 0.73 GB a sample) micro 8 (12.99 would fit; 8 is the largest power of two)."""
+    budget = int(0.85 * A100_40) - 2 * GIB
+    n = 1_556_609_600
+    ckpt = 48 * 2 * 1024 * 1600 + 34 * 1024 * 1600 + 1024 * 50257 * 10
+    assert (budget - 16 * n) // ckpt == 12
+    j = R.resolve("gpt2", {"accelerator": "cuda", "model_size": "xl"}, gpu_memory_bytes=A100_40)
+    assert (j["zero_stage"], j["gradient_checkpointing"], j["per_device_train_batch_size"]) == (0, True, 8)
+
+
+def test_llama_8b_on_one_h200_offloads_the_optimizer_where_the_host_holds_it():
+    """16 N = 128.5 GB exceeds the budget of 126.0 GB: the optimizer goes to the CPU (GPU 2 N + 2 N = 32.1 GB, host
+    16 N = 128.5 GB) when the node has the memory for it, and the job is refused with the numbers when it has not."""
+    n = 8_029_995_008
+    assert 16 * n > int(0.85 * H200) - 2 * GIB
+    j = R.resolve("llama", {"accelerator": "cuda", "model_size": "8b"}, gpu_memory_bytes=H200,
+                  host_memory_bytes=512 * 10**9)
+    assert (j["zero_stage"], j["offload_optimizer"], j["optimizer"]) == (2, "cpu", "deepspeed")
+    # free 126.0 - 32.1 = 93.9 GB; a sample 32 x 343.9 MB + 2048 x 128256 x 10 = 13.6 GB: micro 4 (8,192 tokens)
+    assert (j["per_device_train_batch_size"], j["gradient_checkpointing"]) == (4, False)
+    with pytest.raises(M.MemoryPlanError, match=r"model 8\.03 B parameters does not fit 1 GPU\(s\) of 150\.8 GB.*"
+                                                r"optimizer offload would need 128\.5 GB of each node's 137\.4 GB"):
+        R.resolve("llama", {"accelerator": "cuda", "model_size": "8b"}, gpu_memory_bytes=H200,
+                  host_memory_bytes=128 * GIB)
+
+
+def test_what_the_user_set_is_kept_and_checked():
+    j = R.resolve("gpt2", {"accelerator": "cuda", "model_size": "xl", "per_device_train_batch_size": 64},
+                  gpu_memory_bytes=H200)
+    assert (j["per_device_train_batch_size"], j["gradient_accumulation_steps"]) == (64, 8)
+    # 64 samples need 204 GB without checkpointing: it is turned on for them (12.4 GB + 0.66 GB x 64 fits)
+    assert j["gradient_checkpointing"] is True and j["zero_stage"] == 0
+    fixed = R.resolve("gpt2", {"accelerator": "cuda", "model_size": "xl", "per_device_train_batch_size": 64,
+                               "gradient_checkpointing": False}, gpu_memory_bytes=H200)
+    plan = M.describe(fixed, 1, H200)
+    assert not plan.fits and "this run may run out of GPU memory" in plan.line()
+
+
+def test_small_models_and_cpu_runs_are_unchanged():
+    bert = R.resolve("bert", {"accelerator": "cuda"}, gpu_memory_bytes=H200)
+    assert (bert["zero_stage"], bert["per_device_train_batch_size"], bert["gradient_checkpointing"]) == (0, 128, False)
+    unknown = R.resolve("bert", {"accelerator": "cuda"})  # the GPU's memory not given: no plan, same choices here
+    assert (unknown["zero_stage"], unknown["per_device_train_batch_size"]) == (0, 128)
+    cpu = R.resolve("llama", {"accelerator": "cpu", "model_size": "tiny"}, gpu_memory_bytes=H200)
+    assert (cpu["zero_stage"], cpu["offload_optimizer"], cpu["gradient_checkpointing"]) == (2, "none", False)
+    assert M.describe(cpu, 2, H200) is None
+
+
+def test_a_model_too_big_for_any_choice_is_refused_before_launch():
+    with pytest.raises(M.MemoryPlanError) as err:
+        R.resolve("llama", {"accelerator": "cuda", "model_size": "8b"}, gpu_memory_bytes=A100_40,
+                  host_memory_bytes=64 * GIB)
+    text = str(err.value)
+    assert "model 8.03 B parameters does not fit 1 GPU(s) of 42.9 GB" in text
+    assert "use more GPUs" in text and "(model_size / model_config)" in text
