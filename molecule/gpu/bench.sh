@@ -8,7 +8,7 @@
 # (python -m train.tools.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
-# gpt2 gpt2-regional"; also bert-m256, and scaling: bert and gpt2
+# gpt2 gpt2-regional"; also bert-m256; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional; and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
@@ -55,7 +55,8 @@ step "full-size tokenizers: prepare_data's (built-in corpus) padded to 30522 / 5
 TOK=/tmp/bench-tok
 CORPUS=/tmp/bench-corpus.txt
 $PY -c "from pydoc_data.topics import topics; open('$CORPUS', 'w').write(('\n\n'.join(topics.values()) + '\n\n') * 16)"
-for m in bert:30522 gpt2:50257; do
+for m in bert:30522 gpt2:50257 llama:128256; do
+  case "$RUNSET" in *" llama"*) ;; *) [ "$m" = llama:128256 ] && continue ;; esac
   name=${m%%:*}; size=${m##*:}
   [ -f "$TOK/$name-$size/tokenizer.json" ] && { echo "$TOK/$name-$size: made by an earlier call"; continue; }
   $PY -m train.controller.resolve resolve --model "$name" --overrides '{"accelerator": "cuda", "run_name": "tok"}' --out "$TOK-$name.json" >/dev/null &&
@@ -81,7 +82,7 @@ compile_caches() {  # torch.compile's cache directories as the ranks get them: t
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
   local key=$1 label=$2 run=$3 prof=$4; shift 4
   case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
-  case "$key" in bert|bert-whole|gpt2|gpt2-regional)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
+  case "$key" in bert|bert-whole|gpt2|gpt2-regional|llama-*|gpt2-xl*)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
     compile_caches | while read -r d; do [ -n "$d" ] && rm -rf "${d:?}"/*; done ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
@@ -117,6 +118,18 @@ bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
 bench_run gpt2-regional "gpt2, regional compilation" "bench-gpt2-regional-$STAMP" "2:2" -e model=gpt2 \
   -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=true
+# bigger models with the memory plan's own choices (ZeRO stage, offload, checkpointing, micro batch); a global batch
+# of 128 sequences (not the presets' 512) and logging every 2 steps keep a run within a device call
+BIG=(-e dataset_path=$CORPUS -e warmup_steps=2 -e logging_steps=2 -e save_steps=100000 -e train_batch_size=128
+     -e max_steps=12)
+bench_run llama-1b "llama 1b defaults" "bench-llama-1b-$STAMP" "" -e model=llama -e model_size=1b \
+  -e tokenizer_path=$TOK/llama-128256 "${BIG[@]}"
+bench_run llama-1b-regional "llama 1b, regional compilation" "bench-llama-1b-regional-$STAMP" "" -e model=llama \
+  -e model_size=1b -e tokenizer_path=$TOK/llama-128256 "${BIG[@]}" -e regional_compilation=true
+bench_run gpt2-xl "gpt2 xl defaults" "bench-gpt2-xl-$STAMP" "" -e model=gpt2 -e model_size=xl \
+  -e tokenizer_path=$TOK/gpt2-50257 "${BIG[@]}"
+bench_run gpt2-xl-regional "gpt2 xl, regional compilation" "bench-gpt2-xl-regional-$STAMP" "" -e model=gpt2 \
+  -e model_size=xl -e tokenizer_path=$TOK/gpt2-50257 "${BIG[@]}" -e regional_compilation=true
 # data-parallel scaling: each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
 # (the preset's micro batch, no accumulation): weak scaling, train.tools.bench's "scaling" table and efficiency target
 # DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
