@@ -101,6 +101,9 @@ print(json.dumps({"label": label, "run_name": run, "command": f"ansible-playbook
                   "run_dirs": [f"outputs/{run}", f"/opt/deepspeed-cluster/runs/{run}"], "playbook_log": log}))
 PYEOF
   cp "/opt/deepspeed-cluster/runs/$run/train.log" "$STATE/logs/$run.train.log" 2>/dev/null
+  # the report reads metrics, perf and progress, not checkpoints: a 1B model's (~17 GB, on the node and again under
+  # outputs/) would fill the machine's disk within two runs
+  rm -rf "outputs/$run"/checkpoint-* "/opt/deepspeed-cluster/runs/$run/output"/checkpoint-*
 }
 COMMON=(-e dataset_path=$CORPUS -e warmup_steps=5 -e logging_steps=10 -e save_steps=100000)
 BERT=(-e model=bert -e tokenizer_path=$TOK/bert-30522)

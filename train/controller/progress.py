@@ -107,11 +107,17 @@ def last_checkpoint(records: list[dict], previous: int | None = None) -> int | N
 
 
 def format_event(record: dict) -> str | None:
-    """One line for an event of progress.jsonl: ``"saved checkpoint-100 (step 100)"``, ``"warning: ..."``; None for
-    an event this version does not know."""
+    """One line for an event of progress.jsonl: ``"saved checkpoint-100 (step 100; 1.20 GB on the head, in 3.4 s)"``
+    (the size and time where the event has them), ``"warning: ..."``; None for an event this version does not know."""
     kind = record.get("event")
     if kind == "save":
-        return f"saved {record.get('checkpoint') or 'a checkpoint'} (step {record.get('step', '?')})"
+        detail = []
+        if isinstance(record.get("size_bytes"), (int, float)):
+            detail.append(f"{record['size_bytes'] / 1e9:.2f} GB on the head")
+        if isinstance(record.get("save_s"), (int, float)):
+            detail.append(f"in {record['save_s']:.1f} s")
+        return (f"saved {record.get('checkpoint') or 'a checkpoint'} (step {record.get('step', '?')}"
+                f"{'; ' + ', '.join(detail) if detail else ''})")
     if kind == "warning":
         return f"warning: {record.get('message', '')}"
     return None

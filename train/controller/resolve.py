@@ -40,6 +40,11 @@ AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero
 AUTO_MICRO_TOKENS = 65536
 
 
+# regional_compilation "auto": from this many transformer layers on, each layer is compiled once and reused (a
+# whole-model compile of GPT-2 XL's 48 layers made its first step take minutes; docs/benchmarks/gpu-2026-12-03c.md).
+REGIONAL_LAYERS = 24
+
+
 # ... and on cpu (the old preset default: CUDA-sized batches would only make a CPU run slower to report).
 AUTO_MICRO_CPU = 16
 
@@ -267,11 +272,13 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
         optimizer is the client one and zero_stage is 0 (faster than the bf16 block: docs/benchmarks/
         h200-early-findings.md); false otherwise.
       torch_compile: true on cuda, false on cpu.
-      regional_compilation: torch_compile with the masked MLM head; false otherwise. Regional compilation
-        (accelerate's: each repeated block class -- a BertLayer -- compiled once and reused, the other modules one by
-        one) leaves the model's own forward, with its LM-head loss, uncompiled: faster for BERT with the masked head,
-        slower for GPT-2, whose full head's cross-entropy then runs eager (docs/benchmarks/gpu-2026-12-02.md and
-        gpu-2026-12-02b.md).
+      regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
+        layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
+        BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
+        LM-head loss, uncompiled: faster for BERT with the masked head, slower for GPT-2 small, whose full head's
+        cross-entropy then runs eager (docs/benchmarks/gpu-2026-12-02.md and gpu-2026-12-02b.md); faster for Llama
+        1B (66.6 against 61.4 % MFU) and a first step of 12 s instead of 40 s, and for GPT-2 XL's 48 layers a first
+        step of 12 s instead of minutes (docs/benchmarks/gpu-2026-12-03c.md).
 
     Returns the MemoryPlan behind the choice (train.controller.memory), or None when none was made.
 
@@ -331,7 +338,10 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
     if job["torch_compile"] == "auto":
         job["torch_compile"] = cuda
     if job["regional_compilation"] == "auto":
-        job["regional_compilation"] = bool(job["torch_compile"]) and job["mlm_head"] == "masked"
+        layers = (job["model_config"] or {}).get("num_hidden_layers", (job["model_config"] or {}).get("n_layer"))
+        deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS
+        job["regional_compilation"] = bool(job["torch_compile"]) and (
+            job["mlm_head"] == "masked" or job["model_type"] == "llama" or deep)
     return planned
 
 

@@ -178,10 +178,26 @@ def run_of(cmdline: bytes, runs_dir: str) -> str | None:
     return name or None
 
 
+def _pid_namespace(proc: str, pid: str) -> str | None:
+    """The PID namespace of ``pid`` (``/proc/<pid>/ns/pid``'s link, e.g. ``pid:[4026531836]``), None when it cannot
+    be read (another user's process, without the right to look)."""
+    try:
+        return os.readlink(os.path.join(proc, pid, "ns", "pid"))
+    except OSError:
+        return None
+
+
 def run_processes(runs_dir: str, run: str | None = None, proc: str = "/proc") -> dict[str, list[int]]:
     """``{run name: [pid, ...]}`` of this node's processes that belong to a run (:func:`run_of`), this process
-    excepted; only ``run``'s when it is given. Read from ``proc`` (no procps needed)."""
+    excepted; only ``run``'s when it is given. Read from ``proc`` (no procps needed).
+
+    A process in another PID namespace than this one's is not this node's: a container on the node (a test cluster
+    whose nodes are containers on the head, say) runs its own runs, with the same paths, which the host can see in
+    its /proc but must neither count nor stop. A process whose namespace cannot be read counts. Without ``run``, a
+    name counts only where ``<runs_dir>/<name>/`` exists: every run's directory does while it runs, and a shell's
+    ``rm -r <runs>/*/output`` names none."""
     runs: dict[str, list[int]] = {}
+    ours = _pid_namespace("/proc", "self")
     for pid in sorted((p for p in os.listdir(proc) if p.isdigit()), key=int):
         if int(pid) == os.getpid():
             continue
@@ -190,8 +206,14 @@ def run_processes(runs_dir: str, run: str | None = None, proc: str = "/proc") ->
                 name = run_of(f.read(), runs_dir)
         except OSError:
             continue
-        if name and (run is None or name == run):
-            runs.setdefault(name, []).append(int(pid))
+        if not name or (run is not None and name != run):
+            continue
+        if run is None and not os.path.isdir(os.path.join(runs_dir, name)):
+            continue
+        theirs = _pid_namespace(proc, pid)
+        if ours is not None and theirs is not None and theirs != ours:
+            continue
+        runs.setdefault(name, []).append(int(pid))
     return runs
 
 

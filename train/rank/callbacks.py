@@ -9,8 +9,9 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
   user's script; eta_s = steps left x mean step time of this attempt, its first step -- which includes DeepSpeed's
   and the dataloader's warm-up -- left out of the mean once there are others)
   The last step is always logged, whether or not it is a multiple of logging_steps. Events come on lines of their
-  own, told apart by their "event" key: {"event": "save", "step", "checkpoint", "elapsed_s"} after each checkpoint
-  save (``checkpoint-<step>`` in the output directory), {"event": "warning", "message"} for what the run must say
+  own, told apart by their "event" key: {"event": "save", "step", "checkpoint", "elapsed_s", "save_s",
+  "size_bytes"} after each checkpoint save (``checkpoint-<step>`` in the output directory; save_s the seconds the
+  save took, size_bytes this node's part of it), {"event": "warning", "message"} for what the run must say
   (e.g. TensorBoard left out: :func:`usable_report_to`).
 * ``loss_curve.png`` -- loss and learning rate against step (two panels), from those records.
 * ``metrics.json`` -- train.rank.metrics.build_metrics, written by MetricsCallback when training ends (every
@@ -97,6 +98,7 @@ class ProgressCallback(TrainerCallback):
         self._file = None
         self._t0: float | None = None
         self._t_first_step: float | None = None
+        self._mark: float | None = None  # the last step end or log: a save follows one of them
 
     # -- timing
     def on_train_begin(self, args, state, control, **kwargs):
@@ -115,8 +117,9 @@ class ProgressCallback(TrainerCallback):
             self._file.flush()
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._mark = time.monotonic()
         if self._t_first_step is None:
-            self._t_first_step = time.monotonic()
+            self._t_first_step = self._mark
         if state.max_steps and state.global_step >= state.max_steps and args.logging_strategy != "no":
             control.should_log = True  # log the last step too, so the last record (and last_loss) is the end
 
@@ -166,14 +169,22 @@ class ProgressCallback(TrainerCallback):
         }
         self.records.append(record)
         self._write(record)
+        self._mark = time.monotonic()
 
     def on_save(self, args, state, control, **kwargs):
-        """After the Trainer saved ``checkpoint-<global step>`` (every rank has written its part by then)."""
+        """After the Trainer saved ``checkpoint-<global step>`` (every rank has written its part by then): the event
+        records the save's seconds (since the step's end or its log line, which the save follows) and the bytes of
+        this node's part of the checkpoint (with save_on_each_node every node holds its ranks' shards)."""
         if not state.is_world_process_zero:
             return
-        elapsed = time.monotonic() - self._t0 if self._t0 is not None else None
-        event = {"event": "save", "step": state.global_step, "checkpoint": f"checkpoint-{state.global_step}",
-                 "elapsed_s": round(elapsed, 3) if elapsed is not None else None}
+        now = time.monotonic()
+        elapsed = now - self._t0 if self._t0 is not None else None
+        name = f"checkpoint-{state.global_step}"
+        folder = Path(args.output_dir) / name
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else None
+        event = {"event": "save", "step": state.global_step, "checkpoint": name,
+                 "elapsed_s": round(elapsed, 3) if elapsed is not None else None,
+                 "save_s": round(now - self._mark, 3) if self._mark is not None else None, "size_bytes": size}
         self.saves.append(event)
         self._write(event)
 

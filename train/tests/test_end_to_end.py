@@ -114,7 +114,13 @@ def test_main_job_shows_what_it_did(main_job):
     saves = [r for r in records if r.get("event") == "save"]
     assert [(s["step"], s["checkpoint"]) for s in saves] == [(metrics["steps"], f"checkpoint-{metrics['steps']}")]
     assert re.search(r"step 10/\d+ \(\d+%\) \| loss [\d.]+ \| .* \| last checkpoint: none yet", proc.stdout)
-    assert f"saved checkpoint-{metrics['steps']} (step {metrics['steps']})" in proc.stdout
+    # the save line gives the size of the checkpoint on the head (one node: all of it) and the save's time
+    said = re.search(rf"saved checkpoint-{metrics['steps']} \(step {metrics['steps']}; ([\d.]+) GB on the head, "
+                     r"in ([\d.]+) s\)", proc.stdout)
+    assert said and float(said.group(2)) > 0, proc.stdout[-3000:]
+    returned = sum(p.stat().st_size for p in (out / f"checkpoint-{metrics['steps']}").rglob("*") if p.is_file())
+    assert abs(float(said.group(1)) - returned / 1e9) <= 0.01, (said.group(0), returned)
+    assert saves[0]["size_bytes"] > 0.9 * returned and saves[0]["save_s"] > 0, saves
     summary = proc.stdout.split("TASK [train_launch : Summarise the run]", 1)[1][:3000]
     assert f"\n        steps        {metrics['steps']} of {metrics['steps']} (world size 2; " in summary, summary
     assert f"\n        loss         {metrics['first_loss']:.4f} -> {metrics['last_loss']:.4f} (first -> last" in summary

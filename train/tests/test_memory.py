@@ -136,3 +136,16 @@ def test_a_model_too_big_for_any_choice_is_refused_before_launch():
     text = str(err.value)
     assert "model 8.03 B parameters does not fit 1 GPU(s) of 42.9 GB" in text
     assert "use more GPUs" in text and "(model_size / model_config)" in text
+
+
+@pytest.mark.parametrize(("model", "size", "regional"), [
+    ("bert", None, True),        # the masked MLM head
+    ("gpt2", None, False),       # GPT-2 small: the whole model compiled, LM-head loss included
+    ("gpt2", "medium", True),    # 24 layers
+    ("gpt2", "xl", True),
+    ("llama", "1b", True),
+])
+def test_regional_compilation_for_masked_heads_llama_and_deep_models(model, size, regional):
+    assert job(model, size)["regional_compilation"] is regional
+    assert R.resolve(model, {"accelerator": "cpu", **({"model_size": size} if size else {})})[
+        "regional_compilation"] is False  # no compile on cpu

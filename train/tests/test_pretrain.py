@@ -78,6 +78,9 @@ def test_metrics_and_progress(bert_2ranks):
     # the Trainer saves at the last step (save_strategy steps): one save event, after that step's record
     assert [(r["event"], r["step"], r["checkpoint"]) for r in lines if "event" in r] == [("save", 30, "checkpoint-30")]
     assert lines[-1]["event"] == "save"
+    # its size is this node's part of the checkpoint, as it is on disk, and its time positive
+    on_disk = sum(p.stat().st_size for p in (out / "checkpoint-30").rglob("*") if p.is_file())
+    assert lines[-1]["size_bytes"] == on_disk > 0 and 0 < lines[-1]["save_s"] < 60, lines[-1]
     assert [r["step"] for r in records] == [1, 5, 10, 15, 20, 25, 30]
     keys = {"step", "max_steps", "loss", "learning_rate", "grad_norm", "samples_per_second", "tokens_per_second",
             "interval_s", "elapsed_s", "eta_s", "epoch"}

@@ -50,13 +50,16 @@ def test_main_prints_each_record_with_the_last_checkpoint(tmp_path, capsys):
     f = tmp_path / "progress.jsonl"
     f.write_text('{"step": 5, "max_steps": 10, "loss": 2.0}\n'
                  '{"event": "save", "step": 5, "checkpoint": "checkpoint-5", "elapsed_s": 3.0}\n'
-                 '{"step": 10, "max_steps": 10, "loss": 1.0}\n{"event": "warning", "message": "no TensorBoard"}\n')
+                 '{"step": 10, "max_steps": 10, "loss": 1.0}\n{"event": "warning", "message": "no TensorBoard"}\n'
+                 '{"event": "save", "step": 10, "checkpoint": "checkpoint-10", "elapsed_s": 9.0, "save_s": 2.46, '
+                 '"size_bytes": 1234567890}\n')
     assert main([str(f)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "step 5/10 (50%) | loss 2.0000 | ? samples/s | elapsed ? | ETA ? | last checkpoint: none yet",
         "saved checkpoint-5 (step 5)",
         "step 10/10 (100%) | loss 1.0000 | ? samples/s | elapsed ? | ETA ? | last checkpoint: step 5",
         "warning: no TensorBoard",
+        "saved checkpoint-10 (step 10; 1.23 GB on the head, in 2.5 s)",
     ]
     assert main([str(tmp_path / "missing.jsonl")]) == 2
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -127,14 +128,30 @@ def test_stop_ends_the_runs_processes_sigkill_for_one_that_ignores_sigterm_and_l
 
     runs = tmp_path / "runs"
     (runs / "r1").mkdir(parents=True)
+    (runs / "r2").mkdir()
     (runs / "r1" / "train.log").write_text("x\n")
     mine = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{runs}/r1/job.json"]),
             subprocess.Popen([sys.executable, "-c", STUBBORN, f"--output_dir={runs}/r1/output"],
                              stdout=subprocess.PIPE, text=True)]
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{runs}/r2/job.json"])
     tail = subprocess.Popen(["tail", "-f", str(runs / "r1" / "train.log")], stdout=subprocess.DEVNULL)
+    # a shell command naming no run directory that exists (a clean-up's glob): no run of this node's
+    glob = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{runs}/*/output"])
+    # a process of a run r1 in a container on this node (its own PID namespace: unshare, as root): not this node's
+    contained = None
+    if os.geteuid() == 0 and shutil.which("unshare"):
+        # the run's path only in the contained process's command line, not in unshare's (which stays out here)
+        contained = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c",
+             "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', "
+             "os.environ['RUN_FILE']])"], env=dict(os.environ, RUN_FILE=f"{runs}/r1/job.json"))
     try:
         assert mine[1].stdout.readline().strip() == "ready"
+        if contained is not None:  # the child of unshare in the new namespace is up when it lists as r1's
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not _pids_of_cmdline(f"{runs}/r1/job.json", exclude=mine[0].pid):
+                time.sleep(0.05)
+            assert _pids_of_cmdline(f"{runs}/r1/job.json", exclude=mine[0].pid), "the contained process did not start"
         assert run_processes(str(runs)) == {"r1": sorted(p.pid for p in mine), "r2": [other.pid]}
         t0 = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "train.node.rank_status", "stop", str(runs), "r1"], cwd=REPO,
@@ -144,13 +161,27 @@ def test_stop_ends_the_runs_processes_sigkill_for_one_that_ignores_sigterm_and_l
         assert time.monotonic() - t0 < 15
         assert mine[0].wait(timeout=5) == -signal.SIGTERM and mine[1].wait(timeout=5) == -signal.SIGKILL
         assert other.poll() is None and tail.poll() is None
+        assert contained is None or contained.poll() is None  # the container's process was not stopped
         again = subprocess.run([sys.executable, "-m", "train.node.rank_status", "stop", str(runs), "r1"], cwd=REPO,
                                capture_output=True, text=True, check=True)
         assert json.loads(again.stdout) == {"stopped": False, "left": []}
     finally:
-        for p in mine + [other, tail]:
+        for p in mine + [other, tail, glob] + ([contained] if contained is not None else []):
             p.kill()
             p.wait()
+
+
+def _pids_of_cmdline(text: str, exclude: int) -> list[int]:
+    """The pids (as this namespace numbers them) of python processes whose command line holds ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(pid) != exclude and text.encode() in cmdline and b"python" in cmdline.split(b"\0", 1)[0]:
+            found.append(int(pid))
+    return found
 
 
 def test_check_nodes_reads_the_local_node_and_reports_nodes_that_do_not_answer_within_the_timeout(tmp_path):
