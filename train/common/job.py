@@ -253,7 +253,7 @@ def validate(job, origin=None):
         if not _is_kind(job[key], kind, nullable):
             fail(key, f"{key} must be {_KIND_WORDS[kind]}{' or null' if nullable else ''}, got {job[key]!r}",
                  f"give {key} {_EXAMPLES[kind]}")
-    for key in FIXED_KEYS + ("precision", "accelerator", "offload_optimizer", "report_to"):
+    for key in FIXED_KEYS + ("precision", "accelerator", "report_to"):
         if key in CHOICES and job.get(key) not in CHOICES[key]:
             fail(key, f"{key} must be one of {', '.join(CHOICES[key])}, got {job.get(key)!r}",
                  f"set {key} to one of: {', '.join(CHOICES[key])}")
@@ -304,7 +304,7 @@ def validate(job, origin=None):
         fail("mlm_probability", f"mlm_probability applies to masked LM only; {job['model_type']} is causal (clm)",
              "drop mlm_probability (or set it to null)")
     check_precision(job["precision"], job["accelerator"], where("precision"))
-    for key in ("optimizer", "attention", "mlm_head"):
+    for key in ("offload_optimizer", "optimizer", "attention", "mlm_head"):
         if job[key] not in CHOICES[key]:
             fail(key, f"{key} must be one of {', '.join(CHOICES[key])} or auto, got {job[key]!r}",
                  f"set -e {key}=auto or one of: {', '.join(CHOICES[key])}")

@@ -240,6 +240,8 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
     fixed_offload = None if job["offload_optimizer"] == "auto" else job["offload_optimizer"] != "none"
     fixed_ckpt = None if job["gradient_checkpointing"] == "auto" else bool(job["gradient_checkpointing"])
     fixed_micro = None if job["per_device_train_batch_size"] == "auto" else int(job["per_device_train_batch_size"])
+    if job["offload_optimizer"] not in ("auto", "none", "cpu") or (fixed_offload and fixed_stage == 0):
+        return None  # values job validation refuses with its own message (train.common.job.validate)
 
     def micro_that_fits(free: int, per_sample: int) -> int:
         if fixed_micro is not None:
@@ -267,13 +269,6 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
         per_sample = activation_bytes(shape, seq, rows, checkpointing=ckpt, half=half)
         micro = micro_that_fits(budget - gpu, per_sample)
         candidates.append(MemoryPlan(shape, stage, offload, ckpt, micro, gpu, host, per_sample, budget,
-                                     gpu_memory_bytes))
-    if not candidates:  # offload with ZeRO-0 (job validation refuses it) or with ZeRO auto on one rank: checked
-        stage = fixed_stage if fixed_stage is not None else 2
-        gpu, host = state_bytes(shape.params, stage, world_size, bool(fixed_offload))
-        per_sample = activation_bytes(shape, seq, rows, checkpointing=bool(fixed_ckpt), half=half)
-        candidates.append(MemoryPlan(shape, stage, bool(fixed_offload), bool(fixed_ckpt),
-                                     micro_that_fits(budget - gpu, per_sample), gpu, host, per_sample, budget,
                                      gpu_memory_bytes))
     for cand in candidates:
         if good(cand.micro):

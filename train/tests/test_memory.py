@@ -149,3 +149,13 @@ def test_regional_compilation_for_masked_heads_llama_and_deep_models(model, size
     assert job(model, size)["regional_compilation"] is regional
     assert R.resolve(model, {"accelerator": "cpu", **({"model_size": size} if size else {})})[
         "regional_compilation"] is False  # no compile on cpu
+
+
+def test_values_the_job_refuses_get_the_jobs_message_not_a_memory_verdict():
+    from train.common.job import JobError
+
+    with pytest.raises(JobError, match=r"offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0"):
+        R.resolve("llama", {"accelerator": "cuda", "model_size": "8b", "zero_stage": 0, "offload_optimizer": "cpu"},
+                  gpu_memory_bytes=A100_40)
+    with pytest.raises(JobError, match=r"offload_optimizer must be one of none, cpu or auto, got 'gpu'"):
+        R.resolve("llama", {"accelerator": "cuda", "offload_optimizer": "gpu"}, gpu_memory_bytes=A100_40)
