@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from train.common import flops
 from train.common.job import FAMILIES, JobError
 
 #: share of the GPU's memory the estimate may fill, and what is set aside besides (module docstring)
@@ -90,7 +91,7 @@ def model_shape(job: dict) -> ModelShape | None:
     if family is None:
         return None
     hidden = _int(config.get(family["hidden"]))
-    layers = _int(config.get("num_hidden_layers", config.get("n_layer")))
+    layers = _int(flops.model_shape(config)[0])
     heads = _int(config.get(family["heads"]))
     vocab = _int(job.get("vocab_size"))
     if None in (hidden, layers, heads, vocab):

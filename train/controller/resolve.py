@@ -21,7 +21,7 @@ import yaml
 
 from train.common.job import (CHOICES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
                               resolve_precision, validate)
-from train.common import cli
+from train.common import cli, flops
 from train.common.jsonio import write_json_atomic
 from train.controller import memory
 
@@ -338,7 +338,7 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
     if job["torch_compile"] == "auto":
         job["torch_compile"] = cuda
     if job["regional_compilation"] == "auto":
-        layers = (job["model_config"] or {}).get("num_hidden_layers", (job["model_config"] or {}).get("n_layer"))
+        layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS
         job["regional_compilation"] = bool(job["torch_compile"]) and (
             job["mlm_head"] == "masked" or job["model_type"] == "llama" or deep)
