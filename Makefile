@@ -8,7 +8,7 @@ NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
 # the slowest tests are listed at the end of each run (where CI time goes)
 PYTEST_ARGS ?= --durations=30
 
-.PHONY: setup provision demo lint test test-pytest test-cluster unit unit-fast cluster-test molecule bench
+.PHONY: setup provision demo lint test test-pytest test-roles test-pytest-roles test-cluster unit unit-fast cluster-test molecule bench
 
 # recipes use bash: `set -o pipefail` keeps a failing side failing through its output's prefixing
 SHELL := /bin/bash
@@ -53,14 +53,21 @@ unit:
 test: setup
 	@# lint and provisioning side by side (each prints its output when it ends): ~20 s less than one after the other
 	$(MAKE) --no-print-directory --output-sync=target -j2 lint provision
-	@# then pytest beside the 3-node scenario: pytest keeps about one core busy, the scenario's fault tests wait
-	@# on timeouts; each line says which side printed it. The role scenarios, which keep both cores busy, come last.
-	$(MAKE) --no-print-directory -j2 test-pytest test-cluster
-	$(MAKE) --no-print-directory molecule
+	@# then two sides at once, each line prefixed with its side: pytest and, as soon as it ends, the role
+	@# scenarios; beside them the 3-node scenario. pytest keeps about one core busy and the scenario's fault tests
+	@# wait on timeouts, so those two fill each other's idle core; the role scenarios (both cores busy) overlap
+	@# only the scenario's last minutes. The role scenarios run even when pytest failed, so one run reports all.
+	$(MAKE) --no-print-directory -j2 test-pytest-roles test-cluster
 
-# The two sides of `make test` that run side by side (each alone works too).
+# The sides of `make test` that run side by side (each alone works too).
 test-pytest:
 	set -o pipefail; $(MAKE) --no-print-directory unit DSC_E2E=1 2>&1 | sed -u 's/^/[pytest] /'
+
+test-roles:
+	set -o pipefail; $(MAKE) --no-print-directory molecule 2>&1 | sed -u 's/^/[roles] /'
+
+test-pytest-roles:
+	rc=0; $(MAKE) --no-print-directory test-pytest || rc=$$?; $(MAKE) --no-print-directory test-roles || rc=$$?; exit $$rc
 
 test-cluster:
 	set -o pipefail; $(MAKE) --no-print-directory cluster-test 2>&1 | sed -u 's/^/[cluster] /'

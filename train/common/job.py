@@ -56,6 +56,7 @@ SCHEMA = {
     "accelerator": ("str", False),
     "zero_stage": ("int", False),
     "offload_optimizer": ("str", False),
+    "offload_ratio": ("float", False),
     "optimizer": ("str", False),
     "autocast": ("bool", False),
     "attention": ("str", False),
@@ -330,6 +331,15 @@ def validate(job, origin=None):
     if job["offload_optimizer"] != "none" and job["zero_stage"] == 0:
         fail("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0",
              "set -e zero_stage=2 or -e offload_optimizer=none")
+    ratio = job["offload_ratio"]
+    if not 0.0 < ratio <= 1.0:
+        fail("offload_ratio", f"offload_ratio is the share of the optimizer states offloaded, in (0, 1], got {ratio}",
+             "set -e offload_ratio=auto, 1 (all of them) or a share such as 0.5")
+    if ratio < 1.0 and (job["offload_optimizer"] == "none" or job["zero_stage"] != 3):
+        fail("offload_ratio", f"offload_ratio {ratio} (a partial offload, DeepSpeed's offload_optimizer.ratio) needs "
+             f"ZeRO stage 3 with offload_optimizer cpu; the job has zero_stage {job['zero_stage']} and "
+             f"offload_optimizer {job['offload_optimizer']}",
+             "set -e zero_stage=3 -e offload_optimizer=cpu (or auto), or -e offload_ratio=auto")
     if job["run_name"] is not None and not _RUN_NAME_RE.match(job["run_name"]):
         fail("run_name", f"run_name {job['run_name']!r} is not a safe directory name",
              "use letters, digits, '.', '_' and '-' (up to 100, starting with a letter or digit)")

@@ -12,7 +12,8 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
   concrete micro/accumulation values must equal the job's (the Trainer would stop on a mismatch much later);
 - precision: fp16.enabled / bf16.enabled become true for the job's precision only (fp16/bf16 refused on cpu);
 - offload: zero_optimization.offload_optimizer comes from the job key offload_optimizer (none|cpu), never from
-  the deprecated `cpu_offload` keys, which are refused;
+  the deprecated `cpu_offload` keys, which are refused; a partial offload (job key offload_ratio < 1, ZeRO-3)
+  adds its "ratio" and sub-groups of at most PARTIAL_OFFLOAD_SUB_GROUP elements;
 - optimizer: on accelerator cpu without offload, optimizer.params.torch_adam = true, so DeepSpeed uses
   torch.optim.AdamW instead of JIT-compiling its FusedAdam op at every start (slow on CPU nodes:
   docs/developers/architecture.md, "Known facts"); a job whose optimizer is the Trainer's (adamw_torch_fused /
@@ -42,6 +43,9 @@ AUTO = "auto"
 
 # zero_optimization keys DeepSpeed deprecated in favour of offload_optimizer / offload_param.
 DEPRECATED_ZERO_KEYS = ("cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory")
+
+# zero_optimization.sub_group_size with a partial optimizer offload (elements; _offload)
+PARTIAL_OFFLOAD_SUB_GROUP = 100_000_000
 
 
 def render(job, world_size, templates_dir):
@@ -189,6 +193,15 @@ def _offload(config, zero, job, where):
         zero.pop("offload_optimizer", None)
         return
     zero["offload_optimizer"] = {"device": job["offload_optimizer"], "pin_memory": job["accelerator"] == "cuda"}
+    ratio = job.get("offload_ratio", 1.0)
+    if ratio < 1.0:
+        # ZeRO-3's partial offload ("Twin-Flow") puts the last `ratio` of the optimizer's sub-groups on the CPU
+        # (deepspeed/runtime/zero/stage3.py): sub-groups of PARTIAL_OFFLOAD_SUB_GROUP elements make that share
+        # close to `ratio` (1e9, the template's, leaves 8 sub-groups for 8 B parameters: a share off by 1/8)
+        zero["offload_optimizer"]["ratio"] = ratio
+        size = zero.get("sub_group_size")
+        if not isinstance(size, (int, float)) or size > PARTIAL_OFFLOAD_SUB_GROUP:
+            zero["sub_group_size"] = PARTIAL_OFFLOAD_SUB_GROUP
 
 
 def _optimizer(config, job, where):

@@ -9,7 +9,9 @@ The estimate (bytes per rank, N parameters, W ranks, a micro batch of b samples 
   (autocast's fp32 parameters and gradients with Adam's two states: 4 N + 4 N + 8 N, the same). ZeRO-1 partitions
   the optimizer states (4 N + 12 N / W), ZeRO-2 the gradients too (2 N + 14 N / W), ZeRO-3 everything (16 N / W).
   Optimizer offload to the CPU moves the fp32 states and gradients to host memory (16 N / W per rank there),
-  leaving 2 N + 2 N / W on the GPU (4 N / W with ZeRO-3).
+  leaving 2 N + 2 N / W on the GPU (4 N / W with ZeRO-3). A partial offload (DeepSpeed's "Twin-Flow",
+  ``offload_optimizer.ratio`` r, ZeRO-3 only: deepspeed/runtime/zero/stage3.py puts the last r of the optimizer's
+  sub-groups on the CPU) keeps 4 N / W + 16 N (1 - r) / W on the GPU and moves 16 N r / W to the host.
 * Activations kept for the backward pass, per sample and layer, in 16-bit (Korthikanti et al. 2022, "Reducing
   Activation Recomputation in Large Transformer Models", sec. 4.1, whose 34 s h is this for BERT/GPT-2), without
   the attention scores, which SDPA / flash attention recompute: attention 2 s h (input) + 2 s h (queries) + 4 s h
@@ -22,8 +24,8 @@ The estimate (bytes per rank, N parameters, W ranks, a micro batch of b samples 
 * The budget is MEMORY_SHARE of the GPU's memory less RESERVED_BYTES (CUDA context, allocator fragmentation,
   compile workspaces, NCCL buffers).
 
-``plan`` tries, in order, ZeRO 0/1/2 without and then with activation checkpointing, ZeRO-3, then optimizer
-offload, and takes the first whose micro batch is "good" (the micro batch ``auto`` wants, or at least
+``plan`` tries, in order, ZeRO 0/1/2 without and then with activation checkpointing, ZeRO-3, then ZeRO-3 with a
+partial optimizer offload (PARTIAL_RATIOS, the least offloaded first), then the whole optimizer offloaded, and takes the first whose micro batch is "good" (the micro batch ``auto`` wants, or at least
 MIN_MICRO_TOKENS tokens), else the first that fits at all; a job that fits in none is refused (MemoryPlanError)
 with the numbers. ZeRO-1/2/3 partition nothing on one rank and are only tried with W > 1. Keys the user set are
 kept and only checked (``MemoryPlan.fits``). docs/training.md ("Bigger models") says the same for users.
@@ -47,6 +49,11 @@ MIN_MICRO_TOKENS = 8192
 #: share of a node's memory the offloaded optimizer states of its ranks may take (the rest: the OS, the data
 #: loaders, the ranks' own processes)
 HOST_SHARE = 0.75
+
+#: the shares of the optimizer states a partial offload may move to the CPU, tried in this order (the least first:
+#: each offloaded parameter costs the CPU's Adam step and a copy over PCIe). Quarters, not finer: the estimate's
+#: error (up to 16 %) is larger than a finer step would gain.
+PARTIAL_RATIOS = (0.25, 0.5, 0.75)
 
 GB = 1e9
 
@@ -129,13 +136,16 @@ def activation_bytes(shape: ModelShape, seq: int, head_rows: float, *, checkpoin
     return int(layers + head_rows * shape.vocab * 10)
 
 
-def state_bytes(params: int, zero_stage: int, world_size: int, offload: bool) -> tuple[int, int]:
+def state_bytes(params: int, zero_stage: int, world_size: int, offload: bool,
+                ratio: float = 1.0) -> tuple[int, int]:
     """(GPU bytes, host bytes) per rank of the parameters, gradients and Adam states of ``params`` parameters
-    under ZeRO ``zero_stage`` on ``world_size`` ranks, optimizer offloaded to the CPU or not (module docstring)."""
+    under ZeRO ``zero_stage`` on ``world_size`` ranks, optimizer offloaded to the CPU or not, and with ZeRO-3 the
+    share ``ratio`` (0 < ratio <= 1) of it offloaded (module docstring)."""
     n, w = params, world_size
     if offload:
-        gpu = 4 * n / w if zero_stage == 3 else 2 * n + 2 * n / w
-        return int(gpu), int(16 * n / w)
+        if zero_stage == 3:
+            return int(4 * n / w + 16 * n * (1 - ratio) / w), int(16 * n * ratio / w)
+        return int(2 * n + 2 * n / w), int(16 * n / w)
     gpu = {0: 16 * n, 1: 4 * n + 12 * n / w, 2: 2 * n + 14 * n / w, 3: 16 * n / w}[zero_stage]
     return int(gpu), 0
 
@@ -147,7 +157,8 @@ def budget_bytes(gpu_memory_bytes: int) -> int:
 
 @dataclass
 class MemoryPlan:
-    """One choice and its estimate, bytes per rank. ``fits``: states + micro x per_sample within the budget."""
+    """One choice and its estimate, bytes per rank. ``fits``: states + micro x per_sample within the budget.
+    ``ratio``: the share of the optimizer states offloaded when ``offload`` (1.0: all of them)."""
 
     shape: ModelShape
     zero_stage: int
@@ -160,6 +171,7 @@ class MemoryPlan:
     budget: int
     gpu_memory: int
     notes: list = field(default_factory=list)
+    ratio: float = 1.0
 
     @property
     def total(self) -> int:
@@ -172,7 +184,9 @@ class MemoryPlan:
     def line(self) -> str:
         """The plan's memory line, e.g. ``memory: model 1.56 B parameters: states 24.9 GB a rank, activations 3.2 GB
         a sample -> ZeRO 0, micro 16, activation checkpointing off: 76.0 of 117.9 GB (0.85 x 141.0 GB - 2 GiB)``."""
-        offload = f", optimizer states on the CPU ({self.states_host / GB:.1f} GB a rank)" if self.offload else ""
+        share = "" if self.ratio == 1.0 else f"{self.ratio:.0%} of the "
+        offload = (f", {share}optimizer states on the CPU ({self.states_host / GB:.1f} GB a rank)" if self.offload
+                   else "")
         return (f"memory: model {self.shape.params / 1e9:.2f} B parameters: states {self.states_gpu / GB:.1f} GB a "
                 f"rank, activations {self.per_sample / GB:.2f} GB a sample -> ZeRO {self.zero_stage}{offload}, micro "
                 f"{self.micro}, activation checkpointing {'on' if self.checkpointing else 'off'}: "
@@ -186,34 +200,46 @@ def _head_rows(job: dict, seq: int) -> float:
     return float(seq)
 
 
-def _options(world_size: int, fixed_stage: int | None):
-    """(zero_stage, offload, checkpointing) in the order they are tried (module docstring); only ``fixed_stage``
-    when the user set one (then on one rank too)."""
+def _options(world_size: int, fixed_stage: int | None, fixed_ratio: float | None = None):
+    """(zero_stage, offload, checkpointing, ratio) in the order they are tried (module docstring); only
+    ``fixed_stage`` when the user set one (then on one rank too), only ``fixed_ratio`` when the user set one (a
+    partial offload, below 1: ZeRO-3 with offload alone)."""
+    partial = PARTIAL_RATIOS if fixed_ratio is None else (fixed_ratio,) if fixed_ratio < 1.0 else ()
+    if fixed_ratio is not None and fixed_ratio < 1.0:
+        if fixed_stage in (None, 3):
+            for ckpt in (False, True):
+                yield 3, True, ckpt, fixed_ratio
+        return
     if fixed_stage is not None:
         for offload in ((False, True) if fixed_stage > 0 else (False,)):
-            for ckpt in (False, True):
-                yield fixed_stage, offload, ckpt
+            ratios = (*partial, 1.0) if offload and fixed_stage == 3 else (1.0,)
+            for ratio in ratios:
+                for ckpt in (False, True):
+                    yield fixed_stage, offload, ckpt, ratio
         return
     partitioned = (1, 2) if world_size > 1 else ()
     for ckpt in (False, True):
         for stage in (0, *partitioned):
-            yield stage, False, ckpt
+            yield stage, False, ckpt, 1.0
     if world_size > 1:
-        yield 3, False, False
-        yield 3, False, True
+        yield 3, False, False, 1.0
+        yield 3, False, True, 1.0
+    for ratio in partial:
+        yield 3, True, False, ratio
+        yield 3, True, True, ratio
     for stage in ((2, 3) if world_size > 1 else (2,)):
-        yield stage, True, False
-        yield stage, True, True
+        yield stage, True, False, 1.0
+        yield stage, True, True, 1.0
 
 
 def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, per_rank: int | None,
          host_memory_bytes: int | None = None, ranks_per_node: int = 1) -> MemoryPlan | None:
-    """Choose what the job left ``auto`` among zero_stage, offload_optimizer, gradient_checkpointing and
-    per_device_train_batch_size so that a rank's estimate fits ``gpu_memory_bytes`` (module docstring).
+    """Choose what the job left ``auto`` among zero_stage, offload_optimizer, offload_ratio, gradient_checkpointing
+    and per_device_train_batch_size so that a rank's estimate fits ``gpu_memory_bytes`` (module docstring).
 
     Args:
         job: the job being resolved (model_type, model_config, vocab_size, max_seq_length, precision, task,
-            mlm_head, mlm_probability; those four keys as given: "auto" or a value the user fixed).
+            mlm_head, mlm_probability; those five keys as given: "auto" or a value the user fixed).
         world_size: ranks (W >= 1).
         gpu_memory_bytes: the smallest GPU's memory, bytes.
         wanted_micro: the micro batch ``auto`` wants (a power of two; the largest one tried).
@@ -240,6 +266,7 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
     fixed_stage = None if job["zero_stage"] == "auto" else int(job["zero_stage"])
     fixed_offload = None if job["offload_optimizer"] == "auto" else job["offload_optimizer"] != "none"
     fixed_ckpt = None if job["gradient_checkpointing"] == "auto" else bool(job["gradient_checkpointing"])
+    fixed_ratio = None if job.get("offload_ratio", "auto") == "auto" else float(job["offload_ratio"])
     fixed_micro = None if job["per_device_train_batch_size"] == "auto" else int(job["per_device_train_batch_size"])
     if job["offload_optimizer"] not in ("auto", "none", "cpu") or (fixed_offload and fixed_stage == 0):
         return None  # values job validation refuses with its own message (train.common.job.validate)
@@ -258,33 +285,38 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
         return micro >= 1 and (fixed_micro is not None or micro == wanted_micro or micro * seq >= MIN_MICRO_TOKENS)
 
     candidates = []
-    for stage, offload, ckpt in _options(world_size, fixed_stage):
+    host_needed = []  # host bytes a node would need for each offload skipped for the node's memory, whose GPU part fits
+    for stage, offload, ckpt, ratio in _options(world_size, fixed_stage, fixed_ratio):
         if fixed_offload is not None and offload != fixed_offload:
             continue
         if fixed_ckpt is not None and ckpt != fixed_ckpt:
             continue
-        gpu, host = state_bytes(shape.params, stage, world_size, offload)
+        gpu, host = state_bytes(shape.params, stage, world_size, offload, ratio)
         if (offload and fixed_offload is None and host_memory_bytes
                 and host * ranks_per_node > HOST_SHARE * host_memory_bytes):
+            if micro_that_fits(budget - gpu, activation_bytes(shape, seq, rows, checkpointing=True, half=half)):
+                host_needed.append(host * ranks_per_node)
             continue  # the optimizer states would not fit the node's memory either
         per_sample = activation_bytes(shape, seq, rows, checkpointing=ckpt, half=half)
         micro = micro_that_fits(budget - gpu, per_sample)
         candidates.append(MemoryPlan(shape, stage, offload, ckpt, micro, gpu, host, per_sample, budget,
-                                     gpu_memory_bytes))
+                                     gpu_memory_bytes, ratio=ratio if offload else 1.0))
     for cand in candidates:
         if good(cand.micro):
             return cand
     for cand in candidates:
         if cand.micro >= 1:
             return cand
+    if not candidates:
+        return None  # a ratio the job refuses with its own message (train.common.job.validate)
     smallest = min(candidates, key=lambda c: c.states_gpu + c.per_sample)
-    smallest_offload = state_bytes(shape.params, 3 if world_size > 1 else 2, world_size, True)[1] * ranks_per_node
     if fixed_micro is not None or (fixed_stage is not None and fixed_offload is not None and fixed_ckpt is not None):
         smallest.micro = fixed_micro or 1
         smallest.notes.append("the estimate exceeds the budget: this run may run out of GPU memory")
         return smallest
-    host = (f"; optimizer offload would need {smallest_offload / GB:.1f} GB of each node's "
-            f"{host_memory_bytes / GB:.1f} GB" if host_memory_bytes else "")
+    host = (f"; an optimizer offload that fits the GPU would need {min(host_needed) / GB:.1f} GB of each node's "
+            f"{host_memory_bytes / GB:.1f} GB ({HOST_SHARE:.0%} of it may hold the states)"
+            if host_memory_bytes and host_needed else "")
     raise MemoryPlanError(
         f"model {shape.params / 1e9:.2f} B parameters does not fit {world_size} GPU(s) of "
         f"{gpu_memory_bytes / GB:.1f} GB: even ZeRO {smallest.zero_stage}"
@@ -295,7 +327,7 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
         f"of {budget / GB:.1f} GB{host}",
         "model_size / model_config",
         "use more GPUs (nodes or slots), a smaller model_size, a shorter -e max_seq_length, or leave zero_stage, "
-        "offload_optimizer and gradient_checkpointing auto")
+        "offload_optimizer, offload_ratio and gradient_checkpointing auto")
 
 
 def describe(job: dict, world_size: int, gpu_memory_bytes: int | None, host_memory_bytes: int | None = None,

@@ -31,7 +31,7 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # Keys that also take the value "auto": resolve() replaces it with a concrete value for the job's accelerator,
 # model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
 AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload_optimizer",
-             "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head")
+             "offload_ratio", "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head")
 
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
@@ -60,6 +60,7 @@ DEFAULTS = {
     "train_batch_size": None,
     "precision": "auto",
     "offload_optimizer": "auto",
+    "offload_ratio": "auto",
     "gradient_checkpointing": "auto",
     "optimizer": "auto",
     "autocast": "auto",
@@ -76,7 +77,8 @@ DEFAULTS = {
 #: The job keys that apply to a user's script (script mode, recorded in its job.json): the run, the cluster and the
 #: DeepSpeed config's inputs (the script's TrainingArguments give the batch, optimizer and schedule values). The
 #: preset's model, tokenizer, data and logging keys do not apply: the script has its own.
-SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_optimizer", "optimizer", "autocast",
+SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_optimizer", "offload_ratio", "optimizer",
+               "autocast",
                "per_device_train_batch_size", "gradient_accumulation_steps", "train_batch_size", "learning_rate",
                "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "warmup_steps",
                "max_steps", "seed")
@@ -256,12 +258,14 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
 
     Rules, in this order (each may read the ones before):
       mlm_head: masked (the LM head at masked positions only, train/rank/mlm_head.py) for task mlm on cuda; full else.
-      zero_stage, offload_optimizer, gradient_checkpointing, per_device_train_batch_size on cuda with the GPU's
-        memory known (``gpu_memory_bytes``, the smallest GPU of the run): train.controller.memory.plan -- the first
-        of ZeRO 0/1/2, then with activation checkpointing, ZeRO-3, then optimizer offload, whose estimate fits the
+      zero_stage, offload_optimizer, offload_ratio, gradient_checkpointing, per_device_train_batch_size on cuda with
+        the GPU's memory known (``gpu_memory_bytes``, the smallest GPU of the run): train.controller.memory.plan --
+        the first of ZeRO 0/1/2, then with activation checkpointing, ZeRO-3, then ZeRO-3 with a partial optimizer
+        offload (a quarter, a half, three quarters), then the whole optimizer offloaded, whose estimate fits the
         GPU with a micro batch of at least MIN_MICRO_TOKENS tokens (or the one wanted); keys the user set are kept.
         Otherwise (cpu, or the memory not given, or a model whose shape is unknown): zero_stage 2 on cpu or with
-        offload, else 0; offload none; checkpointing off; the micro batch below.
+        offload, else 0; offload none (offload_ratio 1.0: all of it, when offloaded); checkpointing off; the micro
+        batch below.
       per_device_train_batch_size: cuda -> the largest power of two p with p x max_seq_length <= AUTO_MICRO_TOKENS
         that divides train_batch_size / world_size (when a global batch is given); cpu -> AUTO_MICRO_CPU likewise;
         the memory plan may lower it.
@@ -271,7 +275,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
       autocast: true (DeepSpeed's "torch_autocast" bf16 instead of its "bf16" block) when precision is bf16, the
         optimizer is the client one and zero_stage is 0 (faster than the bf16 block: docs/benchmarks/
         h200-early-findings.md); false otherwise.
-      torch_compile: true on cuda, false on cpu.
+      torch_compile: true on cuda, false on cpu and with ZeRO-3 (its parameters are gathered by module hooks
+        around each forward, which torch.compile's graphs do not see).
       regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
         layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
         BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
@@ -306,7 +311,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
         planned = memory.plan(job, world_size, gpu_memory_bytes, wanted, per_rank, host_memory_bytes, ranks_per_node)
     if planned is not None:
         auto = {"zero_stage": planned.zero_stage, "offload_optimizer": "cpu" if planned.offload else "none",
-                "gradient_checkpointing": planned.checkpointing, "per_device_train_batch_size": planned.micro}
+                "offload_ratio": planned.ratio, "gradient_checkpointing": planned.checkpointing,
+                "per_device_train_batch_size": planned.micro}
         for key, value in auto.items():
             if job[key] == "auto":
                 job[key] = value
@@ -315,6 +321,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
     offload = job["offload_optimizer"] != "none"
     if job["zero_stage"] == "auto":
         job["zero_stage"] = 2 if not cuda or offload else 0
+    if job["offload_ratio"] == "auto":
+        job["offload_ratio"] = 1.0
     if job["gradient_checkpointing"] == "auto":
         job["gradient_checkpointing"] = False
     if job["per_device_train_batch_size"] == "auto":
@@ -336,7 +344,7 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
         job["autocast"] = (job["precision"] == "bf16" and job["optimizer"] != "deepspeed"
                            and job["zero_stage"] == 0)
     if job["torch_compile"] == "auto":
-        job["torch_compile"] = cuda
+        job["torch_compile"] = cuda and job["zero_stage"] != 3
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS
@@ -406,6 +414,7 @@ def summary(job, out=None):
             f"micro {job['per_device_train_batch_size']}{accum}, seq {job['max_seq_length']}, "
             f"lr {job['learning_rate']:g}, warm-up {job['warmup_steps']}, zero {job['zero_stage']}"
             f"{', optimizer offload ' + job['offload_optimizer'] if job['offload_optimizer'] != 'none' else ''}"
+            f"{' (' + format(job['offload_ratio'], '.0%') + ' of it)' if job['offload_optimizer'] != 'none' and job.get('offload_ratio', 1.0) < 1.0 else ''}"
             f"{', activation checkpointing' if job['gradient_checkpointing'] else ''}, "
             f"{job['precision']}{' (torch_autocast)' if job['autocast'] else ''} on {job['accelerator']}, "
             f"optimizer {job['optimizer']}, {job['attention']} attention"

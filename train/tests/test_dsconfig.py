@@ -303,6 +303,21 @@ def test_offload_is_a_job_option_not_a_template_edit(tmp_path):
         D.render(make_job("bert"), 1, tmp_path)
 
 
+def test_a_partial_offload_renders_deepspeeds_ratio_with_small_sub_groups(tmp_path):
+    job = make_job("bert", offload_optimizer="cpu", zero_stage=3, offload_ratio=0.5)
+    config = D.render(job, 1, TEMPLATES)
+    zero = config["zero_optimization"]
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": False, "ratio": 0.5}
+    assert zero["sub_group_size"] == D.PARTIAL_OFFLOAD_SUB_GROUP < json.loads(
+        (TEMPLATES / "zero3.json").read_text())["zero_optimization"]["sub_group_size"]
+    filled = hf_fill(job, config, training_args(job, tmp_path))
+    parsed = DeepSpeedConfig(filled).zero_config
+    assert (parsed.offload_optimizer.ratio, parsed.sub_group_size) == (0.5, 100_000_000)
+    # the whole optimizer offloaded: no ratio key, the template's sub-groups
+    whole = D.render(make_job("bert", offload_optimizer="cpu", zero_stage=3), 1, TEMPLATES)["zero_optimization"]
+    assert "ratio" not in whole["offload_optimizer"] and whole["sub_group_size"] == 1_000_000_000
+
+
 def test_bad_world_size_and_missing_template():
     for bad in (0, -1, True, "2"):
         with pytest.raises(J.JobError, match="world size must be a positive integer"):
