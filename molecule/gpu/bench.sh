@@ -8,7 +8,7 @@
 # (python -m train.tools.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
-# gpt2 gpt2-regional"; also bert-m256; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional; and scaling: bert and gpt2
+# gpt2 gpt2-regional"; also bert-m256; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
@@ -88,7 +88,7 @@ bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for no
   local s; s=$(date +%s.%N)
   # profile_tasks: each task's start time in the log (train.tools.bench's "before the launcher" breakdown)
   DSC_PROFILE_STEPS=$prof ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks \
-    timeout 400 ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" > "$STATE/logs/$run.playbook.log" 2>&1
+    timeout "${DSC_BENCH_TIMEOUT:-400}" ansible-playbook -i inventory/h200 train.yml -e "run_name=$run" "$@" > "$STATE/logs/$run.playbook.log" 2>&1
   local rc=$? e; e=$(date +%s.%N)
   grep -E 'run .*world size|samples/s|error|FAILED|fatal' "$STATE/logs/$run.playbook.log" | tail -8
   echo "$label: rc=$rc in $(python3 -c "print(round($e - $s, 1))") s"
@@ -133,6 +133,12 @@ bench_run gpt2-xl "gpt2 xl defaults" "bench-gpt2-xl-$STAMP" "" -e model=gpt2 -e 
   -e tokenizer_path=$TOK/gpt2-50257 "${BIG[@]}"
 bench_run gpt2-xl-regional "gpt2 xl, regional compilation" "bench-gpt2-xl-regional-$STAMP" "" -e model=gpt2 \
   -e model_size=xl -e tokenizer_path=$TOK/gpt2-50257 "${BIG[@]}" -e regional_compilation=true
+# Llama 8B on one GPU: the plan's choice where 16 bytes a parameter fit neither the GPU nor 75 % of the host (ZeRO-3
+# with part of the optimizer on the CPU); 16 sequences a step, 20 steps. No checkpoint (save_steps above): a ZeRO-3
+# checkpoint of 8 B parameters (bf16 weights + fp32 optimizer states, ~130 GB) does not fit the machine's 64 GiB disk
+bench_run llama-8b "llama 8b defaults" "bench-llama-8b-$STAMP" "" -e model=llama -e model_size=8b \
+  -e tokenizer_path=$TOK/llama-128256 -e dataset_path=$CORPUS -e warmup_steps=2 -e logging_steps=2 \
+  -e save_steps=100000 -e train_batch_size=16 -e max_steps=20
 # data-parallel scaling: each preset at 1, 2, 4, 8 GPUs (up to the machine's) with the same per-GPU batch
 # (the preset's micro batch, no accumulation): weak scaling, train.tools.bench's "scaling" table and efficiency target
 # DSC_BENCH_SCALING_GPUS (default "1 2 4 8") picks the world sizes, so the runs can be split over device calls
