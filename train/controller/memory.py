@@ -11,7 +11,10 @@ The estimate (bytes per rank, N parameters, W ranks, a micro batch of b samples 
   Optimizer offload to the CPU moves the fp32 states and gradients to host memory (16 N / W per rank there),
   leaving 2 N + 2 N / W on the GPU (4 N / W with ZeRO-3). A partial offload (DeepSpeed's "Twin-Flow",
   ``offload_optimizer.ratio`` r, ZeRO-3 only: deepspeed/runtime/zero/stage3.py puts the last r of the optimizer's
-  sub-groups on the CPU) keeps 4 N / W + 16 N (1 - r) / W on the GPU and moves 16 N r / W to the host.
+  sub-groups on the CPU) keeps 4 N / W + 16 N (1 - r) / W on the GPU and moves 16 N r / W to the host. With ZeRO-3
+  the host holds another 4 N / W besides (HOST_ZERO3_EXTRA): measured, not derived -- Llama 8B with half of the
+  optimizer offloaded used 106 GB of the host's memory while it trained, against 64 GB for 16 N r
+  (docs/benchmarks/gpu-2026-12-04.md).
 * Activations kept for the backward pass, per sample and layer, in 16-bit (Korthikanti et al. 2022, "Reducing
   Activation Recomputation in Large Transformer Models", sec. 4.1, whose 34 s h is this for BERT/GPT-2), without
   the attention scores, which SDPA / flash attention recompute: attention 2 s h (input) + 2 s h (queries) + 4 s h
@@ -54,6 +57,10 @@ HOST_SHARE = 0.75
 #: each offloaded parameter costs the CPU's Adam step and a copy over PCIe). Quarters, not finer: the estimate's
 #: error (up to 16 %) is larger than a finer step would gain.
 PARTIAL_RATIOS = (0.25, 0.5, 0.75)
+
+#: bytes a parameter that ZeRO-3 with optimizer offload keeps on the host beyond its offloaded states, per rank's
+#: partition (module docstring: measured)
+HOST_ZERO3_EXTRA = 4
 
 GB = 1e9
 
@@ -144,7 +151,7 @@ def state_bytes(params: int, zero_stage: int, world_size: int, offload: bool,
     n, w = params, world_size
     if offload:
         if zero_stage == 3:
-            return int(4 * n / w + 16 * n * (1 - ratio) / w), int(16 * n * ratio / w)
+            return int(4 * n / w + 16 * n * (1 - ratio) / w), int((16 * ratio + HOST_ZERO3_EXTRA) * n / w)
         return int(2 * n + 2 * n / w), int(16 * n / w)
     gpu = {0: 16 * n, 1: 4 * n + 12 * n / w, 2: 2 * n + 14 * n / w, 3: 16 * n / w}[zero_stage]
     return int(gpu), 0
@@ -307,16 +314,22 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
     for cand in candidates:
         if cand.micro >= 1:
             return cand
-    if not candidates:
+    if not candidates and not host_needed:
         return None  # a ratio the job refuses with its own message (train.common.job.validate)
+    host = (f"; an optimizer offload that fits the GPU would need {min(host_needed) / GB:.1f} GB of each node's "
+            f"{host_memory_bytes / GB:.1f} GB ({HOST_SHARE:.0%} of it may hold the states)"
+            if host_memory_bytes and host_needed else "")
+    fix = ("use more GPUs (nodes or slots), a smaller model_size, a shorter -e max_seq_length, or leave zero_stage, "
+           "offload_optimizer, offload_ratio and gradient_checkpointing auto")
+    if not candidates:  # the user's offload_ratio fits the GPU, not the node's memory
+        raise MemoryPlanError(f"model {shape.params / 1e9:.2f} B parameters with offload_ratio {fixed_ratio} does "
+                              f"not fit {world_size} GPU(s) of {gpu_memory_bytes / GB:.1f} GB{host}",
+                              "offload_ratio", fix)
     smallest = min(candidates, key=lambda c: c.states_gpu + c.per_sample)
     if fixed_micro is not None or (fixed_stage is not None and fixed_offload is not None and fixed_ckpt is not None):
         smallest.micro = fixed_micro or 1
         smallest.notes.append("the estimate exceeds the budget: this run may run out of GPU memory")
         return smallest
-    host = (f"; an optimizer offload that fits the GPU would need {min(host_needed) / GB:.1f} GB of each node's "
-            f"{host_memory_bytes / GB:.1f} GB ({HOST_SHARE:.0%} of it may hold the states)"
-            if host_memory_bytes and host_needed else "")
     raise MemoryPlanError(
         f"model {shape.params / 1e9:.2f} B parameters does not fit {world_size} GPU(s) of "
         f"{gpu_memory_bytes / GB:.1f} GB: even ZeRO {smallest.zero_stage}"
@@ -325,9 +338,7 @@ def plan(job: dict, world_size: int, gpu_memory_bytes: int, wanted_micro: int, p
         f"{(smallest.states_gpu + smallest.per_sample) / GB:.1f} GB a rank for one sample of {seq} tokens "
         f"(states {smallest.states_gpu / GB:.1f} GB, activations {smallest.per_sample / GB:.2f} GB) against a budget "
         f"of {budget / GB:.1f} GB{host}",
-        "model_size / model_config",
-        "use more GPUs (nodes or slots), a smaller model_size, a shorter -e max_seq_length, or leave zero_stage, "
-        "offload_optimizer, offload_ratio and gradient_checkpointing auto")
+        "model_size / model_config", fix)
 
 
 def describe(job: dict, world_size: int, gpu_memory_bytes: int | None, host_memory_bytes: int | None = None,

@@ -50,7 +50,10 @@ def test_states_by_zero_stage_follow_the_zero_paper():
     assert M.state_bytes(n, 2, 8, False) == (2 * n + 14 * n // 8, 0)
     assert M.state_bytes(n, 3, 8, False) == (2 * n, 0)
     assert M.state_bytes(n, 2, 8, True) == (2 * n + 2 * n // 8, 2 * n)
-    assert M.state_bytes(n, 3, 8, True) == (n // 2, 2 * n)
+    # ZeRO-3 with offload: 16 N / W of states and the measured 4 N / W more on the host
+    assert M.state_bytes(n, 3, 8, True) == (n // 2, 2 * n + n // 2)
+    # half of the optimizer offloaded: 4 N / W + 8 N / W on the GPU, 8 N / W + 4 N / W on the host
+    assert M.state_bytes(n, 3, 8, True, 0.5) == (12 * n // 8, 12 * n // 8)
 
 
 def test_gpt2_xl_on_one_h200_is_zero_0_micro_16_without_checkpointing():
@@ -93,15 +96,15 @@ def test_gpt2_xl_on_one_40gb_gpu_turns_checkpointing_on():
 
 def test_llama_8b_on_one_h200_offloads_half_the_optimizer_where_the_host_holds_it():
     """16 N = 128.5 GB exceeds the budget of 126.0 GB. ZeRO-3 with a quarter of the optimizer offloaded keeps
-    4 N + 12 N = 128.5 GB on the GPU: no; with half of it, 4 N + 8 N = 96.4 GB on the GPU and 8 N = 64.2 GB on the
-    host, which 75 % of a 128 GiB node (103.1 GB) holds: free 29.6 GB, a sample 3.51 GB with activation
+    4 N + 12 N = 128.5 GB on the GPU: no; with half of it, 4 N + 8 N = 96.4 GB on the GPU and 8 N + 4 N (ZeRO-3's
+    measured extra) = 96.4 GB on the host, which 75 % of a 128 GiB node (103.1 GB) holds: free 29.6 GB, a sample 3.51 GB with activation
     checkpointing (32 x 2 x 2048 x 4096 + 343.9 MB + 2048 x 128256 x 10): micro 8. Without checkpointing a sample is
     13.6 GB: micro 2 (4,096 tokens, below MIN_MICRO_TOKENS), so checkpointing is chosen."""
     n = 8_029_995_008
     budget = int(0.85 * H200) - 2 * GIB
     assert 16 * n > budget and 4 * n + 12 * n > budget
     ckpt = 32 * 2 * 2048 * 4096 + 343_932_928 + 2048 * 128_256 * 10
-    assert (budget - 12 * n) // ckpt == 8 and 8 * n <= 0.75 * 128 * GIB
+    assert (budget - 12 * n) // ckpt == 8 and 12 * n <= 0.75 * 128 * GIB
     for host in (128 * GIB, 512 * 10**9):
         j = R.resolve("llama", {"accelerator": "cuda", "model_size": "8b"}, gpu_memory_bytes=H200,
                       host_memory_bytes=host)
@@ -111,22 +114,26 @@ def test_llama_8b_on_one_h200_offloads_half_the_optimizer_where_the_host_holds_i
         # ZeRO-3 gathers parameters in module hooks: not compiled by default
         assert j["torch_compile"] is False
         line = M.describe(j, 1, H200, host).line()
-        assert "ZeRO 3, 50% of the optimizer states on the CPU (64.2 GB a rank), micro 8" in line, line
+        assert "ZeRO 3, 50% of the optimizer states on the CPU (96.4 GB a rank), micro 8" in line, line
         assert "(50% of it)" in R.summary(j)
-    # a node of 64 GiB: 75 % of it (51.5 GB) holds no offload whose GPU part fits (half: 64.2 GB on the host)
+    # a node of 96 GiB: 75 % of it (77.3 GB) holds no offload whose GPU part fits (half: 96.4 GB on the host)
     with pytest.raises(M.MemoryPlanError, match=r"model 8\.03 B parameters does not fit 1 GPU\(s\) of 150\.8 GB.*"
-                                                r"an optimizer offload that fits the GPU would need 64\.2 GB of each "
-                                                r"node's 68\.7 GB \(75% of it may hold the states\)"):
+                                                r"an optimizer offload that fits the GPU would need 96\.4 GB of each "
+                                                r"node's 103\.1 GB \(75% of it may hold the states\)"):
         R.resolve("llama", {"accelerator": "cuda", "model_size": "8b"}, gpu_memory_bytes=H200,
-                  host_memory_bytes=64 * GIB)
+                  host_memory_bytes=96 * GIB)
 
 
 def test_a_partial_offload_the_user_sets_is_kept_and_needs_zero_3():
     j = R.resolve("llama", {"accelerator": "cuda", "model_size": "8b", "offload_ratio": 0.75},
-                  gpu_memory_bytes=H200, host_memory_bytes=128 * GIB)
+                  gpu_memory_bytes=H200, host_memory_bytes=512 * 10**9)
     # 4 N + 4 N = 64.2 GB on the GPU: free 61.8 GB, 4 samples of 13.6 GB without checkpointing (8,192 tokens)
     assert (j["zero_stage"], j["offload_optimizer"], j["offload_ratio"]) == (3, "cpu", 0.75)
     assert (j["per_device_train_batch_size"], j["gradient_checkpointing"]) == (4, False)
+    # on a 128 GiB node three quarters need (12 N + 4 N) = 128.5 GB of the host: refused with that number
+    with pytest.raises(M.MemoryPlanError, match=r"would need 128\.5 GB of each node's 137\.4 GB"):
+        R.resolve("llama", {"accelerator": "cuda", "model_size": "8b", "offload_ratio": 0.75},
+                  gpu_memory_bytes=H200, host_memory_bytes=128 * GIB)
     with pytest.raises(R.JobError, match=r"offload_ratio 0\.5 .* needs ZeRO stage 3 with offload_optimizer cpu; the "
                                          r"job has zero_stage 2"):
         R.resolve("llama", {"accelerator": "cuda", "model_size": "8b", "offload_ratio": 0.5, "zero_stage": 2},
@@ -162,7 +169,7 @@ def test_small_models_and_cpu_runs_are_unchanged():
 def test_a_model_too_big_for_any_choice_is_refused_before_launch():
     with pytest.raises(M.MemoryPlanError) as err:
         R.resolve("llama", {"accelerator": "cuda", "model_size": "8b"}, gpu_memory_bytes=A100_40,
-                  host_memory_bytes=64 * GIB)
+                  host_memory_bytes=96 * GIB)
     text = str(err.value)
     assert "model 8.03 B parameters does not fit 1 GPU(s) of 42.9 GB" in text
     assert "use more GPUs" in text and "(model_size / model_config)" in text
