@@ -63,6 +63,12 @@ for m in bert:30522 gpt2:50257 llama:128256; do
   $PY -m train.data.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$STATE/logs/tok-$name.log" 2>&1 &&
   $PY -m train.tools.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$STATE/logs/tok-$name.log"; exit 1; }
 done
+for m in bert:30592 gpt2:50304; do  # the vocabularies padded to a multiple of 128 (the -v128 runs)
+  name=${m%%:*}; size=${m##*:}
+  case "$RUNSET" in *" $name-v128 "*) ;; *) continue ;; esac
+  [ -f "$TOK/$name-$size/tokenizer.json" ] ||
+    $PY -m train.tools.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || exit 1
+done
 
 if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the report's "Rank imports" line)
   step "rank imports: python -X importtime -c 'import train.rank.pretrain' (node venv)"
@@ -119,6 +125,14 @@ bench_run bert-whole "bert defaults, whole-model compile" "bench-bert-whole-$STA
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
   -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
+# experiments: the vocabulary padded to a multiple of 128 (Megatron's make-vocab-size-divisible-by, llm.c's 50,304),
+# gpt2 with a micro batch of 128
+bench_run bert-v128 "bert, vocabulary padded to 30,592" "bench-bert-v128-$STAMP" "" -e model=bert \
+  -e tokenizer_path=$TOK/bert-30592 -e max_steps=60 "${COMMON[@]}"
+bench_run gpt2-v128 "gpt2, vocabulary padded to 50,304" "bench-gpt2-v128-$STAMP" "" -e model=gpt2 \
+  -e tokenizer_path=$TOK/gpt2-50304 -e max_steps=12 "${COMMON[@]}"
+bench_run gpt2-m128 "gpt2, micro 128 x 4" "bench-gpt2-m128-$STAMP" "" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 \
+  -e max_steps=12 "${COMMON[@]}" -e per_device_train_batch_size=128 -e gradient_accumulation_steps=4
 bench_run gpt2-regional "gpt2, regional compilation" "bench-gpt2-regional-$STAMP" "2:2" -e model=gpt2 \
   -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}" -e regional_compilation=true
 # bigger models with the memory plan's own choices (ZeRO stage, offload, checkpointing, micro batch); a global batch
