@@ -29,6 +29,7 @@ SCHEMA = {
     "model_size": ("str", False),
     "model_config": ("dict", False),
     "vocab_size": ("int", False),
+    "pad_vocab_to_multiple_of": ("int", False),
     "lowercase": ("bool", False),
     "tokenizer_path": ("str", True),
     "model_name_or_path": ("str", True),
@@ -276,6 +277,7 @@ def validate(job, origin=None):
     at_least("gradient_accumulation_steps", 1)
     at_least("train_batch_size", 1, "set train_batch_size to a positive number or null")
     at_least("vocab_size", 512)
+    at_least("pad_vocab_to_multiple_of", 1, "set pad_vocab_to_multiple_of to 1 (no padding), 128, or auto")
     at_least("max_seq_length", 8)
     at_least("weight_decay", 0.0)
     positive("adam_epsilon")

@@ -31,7 +31,8 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # Keys that also take the value "auto": resolve() replaces it with a concrete value for the job's accelerator,
 # model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
 AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload_optimizer",
-             "offload_ratio", "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head")
+             "offload_ratio", "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head",
+             "pad_vocab_to_multiple_of")
 
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
@@ -43,6 +44,13 @@ AUTO_MICRO_TOKENS = 65536
 # regional_compilation "auto": from this many transformer layers on, each layer is compiled once and reused (a
 # whole-model compile of GPT-2 XL's 48 layers made its first step take minutes; docs/benchmarks/gpu-2026-12-03c.md).
 REGIONAL_LAYERS = 24
+
+
+# pad_vocab_to_multiple_of "auto" on cuda: the model's vocabulary (embedding rows, LM-head columns) rounded up to a
+# multiple of this (Megatron-LM's make-vocab-size-divisible-by, default 128; llm.c's 50,304 for GPT-2): matmul
+# shapes the tensor cores tile evenly. GPT-2 small on one H200: 409 k tokens/s against 389 k with 50,257
+# (docs/benchmarks/gpu-2026-12-04b.md).
+AUTO_VOCAB_MULTIPLE = 128
 
 
 # ... and on cpu (the old preset default: CUDA-sized batches would only make a CPU run slower to report).
@@ -68,6 +76,7 @@ DEFAULTS = {
     "torch_compile": "auto",
     "regional_compilation": "auto",
     "mlm_head": "auto",
+    "pad_vocab_to_multiple_of": "auto",
     "run_name": None,
     # TensorBoard event files under <output_dir>/runs/ (the Trainer's default log dir), brought back with the run
     "report_to": "tensorboard",
@@ -277,6 +286,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
         h200-early-findings.md); false otherwise.
       torch_compile: true on cuda, false on cpu and with ZeRO-3 (its parameters are gathered by module hooks
         around each forward, which torch.compile's graphs do not see).
+      pad_vocab_to_multiple_of: AUTO_VOCAB_MULTIPLE on cuda, 1 (the tokenizer's size, no padding) on cpu. The rows
+        past the tokenizer are never an input or a target: their logits only learn to stay low.
       regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
         layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
         BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
@@ -345,6 +356,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
                            and job["zero_stage"] == 0)
     if job["torch_compile"] == "auto":
         job["torch_compile"] = cuda and job["zero_stage"] != 3
+    if job["pad_vocab_to_multiple_of"] == "auto":
+        job["pad_vocab_to_multiple_of"] = AUTO_VOCAB_MULTIPLE if cuda else 1
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS
@@ -382,6 +395,8 @@ def argv(job, dataset_dir, output_dir, deepspeed):
              # which train/node/checkpoints.py gathers on the head
              "--save_on_each_node", "true"]
     args += ["--attn_implementation", job["attention"]]
+    if job.get("pad_vocab_to_multiple_of", 1) > 1:
+        args += ["--pad_vocab_to_multiple_of", str(job["pad_vocab_to_multiple_of"])]
     if job["task"] == "mlm":
         args += ["--mlm_head", job["mlm_head"]]
     if job["optimizer"] != "deepspeed":

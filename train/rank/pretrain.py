@@ -88,6 +88,10 @@ class ModelArguments:
         default=False, metadata={"help": "with --torch_compile: accelerate's regional compilation (each repeated "
                                          "block class compiled once, e.g. BertLayer; a shorter cold start)"}
     )
+    pad_vocab_to_multiple_of: int = field(
+        default=1, metadata={"help": "the model's vocabulary (embedding rows) rounded up to a multiple of this; 1: "
+                                     "the tokenizer's size"}
+    )
     mlm_head: str = field(
         default="full", metadata={"help": "masked: the LM head only at masked positions (train/rank/mlm_head.py)",
                                   "choices": ["full", "masked"]}
@@ -189,10 +193,20 @@ def load_artifact(data_args: DataArguments, task: str):
     return tokenizer, dataset, meta
 
 
+def padded_vocab_size(tokens: int, multiple: int) -> int:
+    """``tokens`` (the tokenizer's size) rounded up to a multiple of ``multiple`` (>= 1): the model's vocabulary,
+    e.g. 50,257 -> 50,304 for 128 (Megatron-LM's make-vocab-size-divisible-by; llm.c's GPT-2 vocabulary). The rows
+    past ``tokens`` are never an input or a target. Raises ValueError for a multiple below 1."""
+    if multiple < 1:
+        raise ValueError(f"a vocabulary multiple must be >= 1, got {multiple}")
+    return -(-tokens // multiple) * multiple
+
+
 def build_model(model_args: ModelArguments, tokenizer, block_length: int, device=None):
     """The model to train: from --model_name_or_path (embeddings grown to the tokenizer when smaller), or a fresh
     --model_type config with --config_overrides, its vocab_size set to the tokenizer's real size (len(tokenizer),
-    whatever vocab_size the job asked for) and its special-token ids from the tokenizer.
+    whatever vocab_size the job asked for) rounded up to a multiple of --pad_vocab_to_multiple_of
+    (:func:`padded_vocab_size`), and its special-token ids from the tokenizer.
 
     ``device`` (a torch.device, e.g. the rank's cuda:N): a fresh model is built and initialised there (torch's device
     context) instead of on the CPU and moved later (start-up phase "model" of BERT-base on an H200: 1.2-2.3 s in
@@ -215,7 +229,7 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
         model = auto.from_pretrained(model_args.model_name_or_path, **extra)
         weight = model.get_input_embeddings().weight
         if getattr(weight, "ds_shape", weight.shape)[0] < len(tokenizer):  # ds_shape: ZeRO-3 partitioned
-            model.resize_token_embeddings(len(tokenizer))
+            model.resize_token_embeddings(padded_vocab_size(len(tokenizer), model_args.pad_vocab_to_multiple_of))
         config = model.config
     else:
         if not model_args.model_type:
@@ -231,7 +245,7 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
         except ValueError as e:
             raise UsageError(f"--model_type {model_args.model_type!r}: {str(e).splitlines()[0][:200]}; "
                              "use a transformers model type such as bert, roberta or gpt2") from None
-        config.vocab_size = len(tokenizer)
+        config.vocab_size = padded_vocab_size(len(tokenizer), model_args.pad_vocab_to_multiple_of)
         config.pad_token_id = tokenizer.pad_token_id
         for name in ("bos_token_id", "eos_token_id"):
             if getattr(tokenizer, name, None) is not None:
@@ -287,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     n_params = metrics.count_parameters(model)
     requested = meta.get("vocab_size_requested")
     if training_args.process_index == 0:
+        padded = (f" {len(tokenizer)} padded to a multiple of {model_args.pad_vocab_to_multiple_of}"
+                  if config.vocab_size != len(tokenizer) else "")
         print(f"[pretrain] {config.model_type} {model_args.task}: {n_params / 1e6:.2f}M parameters, vocabulary "
-              f"{config.vocab_size} (the tokenizer's{f'; {requested} asked' if requested else ''}), "
+              f"{config.vocab_size} (the tokenizer's{padded}{f'; {requested} asked' if requested else ''}), "
               f"{len(dataset)} blocks of {block_length}, world size {world}, global batch {global_batch}, "
               f"model uses num_items_in_batch: {uses_num_items}", flush=True)
 

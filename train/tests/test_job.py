@@ -285,6 +285,7 @@ CONTRACT_FLAGS = {
     "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
     "--regional_compilation", "--dataloader_drop_last", "--gradient_checkpointing", "--gradient_checkpointing_kwargs",
     "--dataloader_persistent_workers", "--logging_nan_inf_filter", "--save_on_each_node",
+    "--pad_vocab_to_multiple_of",
 }
 
 
@@ -313,6 +314,20 @@ def test_argv_for_bert_base_on_cuda():
     config = json.loads(flags["--config_overrides"])
     assert config["vocab_size"] == 30522 and config["hidden_size"] == 768
     assert "--model_name_or_path" not in flags
+    assert flags["--pad_vocab_to_multiple_of"] == str(R.AUTO_VOCAB_MULTIPLE)
+
+
+def test_the_vocabulary_is_padded_on_cuda_only_and_a_users_multiple_is_kept():
+    assert R.resolve("gpt2", {"accelerator": "cuda"}, now=NOW)["pad_vocab_to_multiple_of"] == 128
+    cpu = R.resolve("gpt2", TINY_CPU, now=NOW)
+    assert cpu["pad_vocab_to_multiple_of"] == 1
+    assert "--pad_vocab_to_multiple_of" not in _flags(R.argv(cpu, "/d", "/o", "/c.json"))
+    mine = R.resolve("gpt2", {"accelerator": "cuda", "pad_vocab_to_multiple_of": "64"}, now=NOW)
+    assert _flags(R.argv(mine, "/d", "/o", "/c.json"))["--pad_vocab_to_multiple_of"] == "64"
+    assert R.resolve("gpt2", {"accelerator": "cuda", "pad_vocab_to_multiple_of": "1"}, now=NOW)[
+        "pad_vocab_to_multiple_of"] == 1
+    with pytest.raises(J.JobError, match="pad_vocab_to_multiple_of"):
+        R.resolve("gpt2", {"accelerator": "cuda", "pad_vocab_to_multiple_of": "0"}, now=NOW)
 
 
 def test_report_to_is_tensorboard_unless_the_user_says_none():

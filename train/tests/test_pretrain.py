@@ -154,7 +154,7 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
     out = tmp_path / "output"
     args = pretrain_args(gpt2_artifact, out, ds_config(tmp_path / "ds.json", stage=3), task="clm",
                          model_type="gpt2", max_steps=6, logging_steps=4, warmup=1)
-    launch(2, args, tmp_path)
+    launch(2, args + ["--pad_vocab_to_multiple_of", "128"], tmp_path)  # the GPU default's padded vocabulary
     m = json.loads((out / "metrics.json").read_text())
     assert (m["world_size"], m["trainer_world_size"], m["steps"], m["task"]) == (2, 2, 6, "clm")
     assert m["model_uses_num_items_in_batch"] is True  # GPT-2 normalises by the all-ranks token count itself
@@ -179,7 +179,8 @@ def test_gpt2_causal_lm_zero3(gpt2_artifact, tmp_path):
     model, info = AutoModelForCausalLM.from_pretrained(str(out / "model"), output_loading_info=True)
     assert not info["missing_keys"] and not info["mismatched_keys"], info
     assert m["n_parameters"] == sum(p.numel() for p in model.parameters())  # counted right although partitioned
-    assert model.config.n_embd == TINY_GPT2["n_embd"] and model.config.vocab_size == len(tok)
+    assert model.config.n_embd == TINY_GPT2["n_embd"] and model.config.vocab_size == -(-len(tok) // 128) * 128
+    assert model.config.vocab_size > len(tok) and m["vocab_size"] == model.config.vocab_size
     ids = tok("The if statement", return_tensors="pt")["input_ids"]
     gen = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     assert gen.shape[1] == ids.shape[1] + 5
@@ -241,6 +242,36 @@ def test_build_model_makes_a_fresh_model_on_the_given_device(bert_artifact):
     assert devices == {"meta"}
     model, config = build_model(args, tokenizer, 32)
     assert {p.device.type for p in model.parameters()} == {"cpu"} and config.vocab_size == len(tokenizer)
+
+
+def test_a_padded_vocabulary_leaves_the_loss_within_noise(gpt2_artifact):
+    """pad_vocab_to_multiple_of (the GPU default, 128): the model gets len(tokenizer) rounded up to 128 rows; with
+    the same weights for the real rows, a real batch's loss differs from the unpadded model's only by the padded
+    logits' share of the softmax (the rows no token uses): under 1 % at initialisation, and the padded rows get no
+    input ever."""
+    import torch
+    from train.rank.pretrain import DataArguments, ModelArguments, build_model, load_artifact, padded_vocab_size
+
+    assert (padded_vocab_size(50257, 128), padded_vocab_size(30522, 128), padded_vocab_size(512, 128)) == (
+        50304, 30592, 512)
+    with pytest.raises(ValueError, match=">= 1"):
+        padded_vocab_size(100, 0)
+    tokenizer, dataset, _ = load_artifact(DataArguments(dataset_dir=str(gpt2_artifact)), "clm")
+    gpt2 = {"task": "clm", "model_type": "gpt2", "config_overrides": json.dumps(TINY_GPT2)}
+    plain, _ = build_model(ModelArguments(**gpt2), tokenizer, SEQ)
+    padded, config = build_model(ModelArguments(**gpt2, pad_vocab_to_multiple_of=128), tokenizer, SEQ)
+    n = len(tokenizer)
+    assert config.vocab_size % 128 == 0 and 0 < config.vocab_size - n < 128
+    state = plain.state_dict()
+    with torch.no_grad():
+        for name, t in padded.state_dict().items():
+            t[:n].copy_(state[name]) if t.shape != state[name].shape else t.copy_(state[name])
+    ids = torch.tensor([dataset[i]["input_ids"] for i in range(4)])
+    assert int(ids.max()) < n
+    with torch.no_grad():
+        a = plain(input_ids=ids, labels=ids).loss.item()
+        b = padded(input_ids=ids, labels=ids).loss.item()
+    assert b == pytest.approx(a, rel=0.01) and b != a
 
 
 def _progress(out) -> list[dict]:
