@@ -35,6 +35,10 @@ RUN_SCRIPT = ["--module", "train.rank.run_script"]
 # Job keys -e may change when a run is resumed (-e resume=): how long it goes on and how it logs and saves. Any other
 # key differing from the run's job.json is refused (another model, data or batch is another run).
 RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_limit", "dataloader_num_workers")
+# Job keys added after runs were made, each with the value the code before it ran: a resumed run whose job.json
+# lacks one keeps that value (its checkpoint's shapes and partitioning), not today's `auto` -- a vocabulary padded
+# now would not load a checkpoint of the unpadded one.
+RESUME_KEYS_ADDED = {"pad_vocab_to_multiple_of": 1, "offload_ratio": 1.0}
 SCRIPT_DEFAULTS = {"train_batch_size": None, "zero_stage": 2, "optimizer": "deepspeed", "autocast": False,
                    "torch_compile": False, "regional_compilation": False, "mlm_head": "full"}
 
@@ -180,6 +184,7 @@ def _resume_overrides(source: dict, overrides: dict, script: str | None) -> dict
                         "resume it the way it was launched (with or without -e script=)")
     keys = resolvemod.override_keys()
     out = {k: v for k, v in old.items() if k in keys}
+    out.update({k: v for k, v in RESUME_KEYS_ADDED.items() if k not in old})
     for key, value in overrides.items():
         if key == "model":
             if script is None and value != old.get("model"):

@@ -279,12 +279,12 @@ def test_a_bad_user_deepspeed_file_is_one_line(tmp_path, monkeypatch, content, m
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def finished_run(tmp_path, world_size=4, step=10, **overrides):
+def finished_run(tmp_path, world_size=4, step=10, accelerator="cpu", **overrides):
     """A run's results on the controller as train.yml leaves them: job.json and a complete, marked checkpoint."""
     from train.node import checkpoints
     from train.tests.test_checkpoints import write_checkpoint
 
-    first = build(tmp_path, overrides)
+    first = build(tmp_path, overrides, accelerator=accelerator)
     out = Path(first["paths"]["out_dir"])
     out.mkdir(parents=True)
     (out / "job.json").write_text(first["files"]["job.json"])
@@ -305,6 +305,20 @@ def test_resume_goes_on_with_the_same_job_from_the_newest_complete_checkpoint(tm
         {k: v for k, v in first["job"].items() if k != "max_steps"}
     assert any(line.startswith("resuming run ") and "from step 10" in line for line in p["summary"])
     assert build(tmp_path, resume="latest")["resume"]["checkpoint"] == str(ckpt)
+
+
+def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path):
+    """A GPU run's job.json written before pad_vocab_to_multiple_of and offload_ratio existed: the resumed run keeps
+    the unpadded vocabulary and the whole-optimizer offload ratio its checkpoint was made with, not today's auto."""
+    first, _ = finished_run(tmp_path, accelerator="cuda")
+    assert first["job"]["pad_vocab_to_multiple_of"] == 128  # what a new run gets
+    job_file = Path(first["paths"]["out_dir"]) / "job.json"
+    old = json.loads(job_file.read_text())
+    del old["pad_vocab_to_multiple_of"], old["offload_ratio"]
+    job_file.write_text(json.dumps(old))
+    p = build(tmp_path, resume=first["run_name"], accelerator="cuda")
+    assert (p["job"]["pad_vocab_to_multiple_of"], p["job"]["offload_ratio"]) == (1, 1.0)
+    assert "--pad_vocab_to_multiple_of" not in p["argv"]
 
 
 def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_complete_checkpoint(tmp_path):
