@@ -8,7 +8,7 @@
 # (python -m train.tools.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
-# gpt2 gpt2-regional"; also bert-m256; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
+# gpt2 gpt2-regional"; also bert-m256, gpt2-m128; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
@@ -62,12 +62,6 @@ for m in bert:30522 gpt2:50257 llama:128256; do
   $PY -m train.controller.resolve resolve --model "$name" --overrides '{"accelerator": "cuda", "run_name": "tok"}' --out "$TOK-$name.json" >/dev/null &&
   $PY -m train.data.prepare_data --job "$TOK-$name.json" --out "$TOK/$name-trained" > "$STATE/logs/tok-$name.log" 2>&1 &&
   $PY -m train.tools.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || { tail "$STATE/logs/tok-$name.log"; exit 1; }
-done
-for m in bert:30592 gpt2:50304; do  # the vocabularies padded to a multiple of 128 (the -v128 runs)
-  name=${m%%:*}; size=${m##*:}
-  case "$RUNSET" in *" $name-v128 "*) ;; *) continue ;; esac
-  [ -f "$TOK/$name-$size/tokenizer.json" ] ||
-    $PY -m train.tools.bench pad-tokenizer "$TOK/$name-trained/tokenizer" "$TOK/$name-$size" --size "$size" || exit 1
 done
 
 if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the report's "Rank imports" line)
@@ -125,12 +119,6 @@ bench_run bert-whole "bert defaults, whole-model compile" "bench-bert-whole-$STA
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
   -e per_device_train_batch_size=256 -e gradient_accumulation_steps=1
 bench_run gpt2 "gpt2 defaults" "bench-gpt2-$STAMP" "2:2" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 -e max_steps=12 "${COMMON[@]}"
-# experiments: the vocabulary padded to a multiple of 128 (Megatron's make-vocab-size-divisible-by, llm.c's 50,304),
-# gpt2 with a micro batch of 128
-bench_run bert-v128 "bert, vocabulary padded to 30,592" "bench-bert-v128-$STAMP" "" -e model=bert \
-  -e tokenizer_path=$TOK/bert-30592 -e max_steps=60 "${COMMON[@]}"
-bench_run gpt2-v128 "gpt2, vocabulary padded to 50,304" "bench-gpt2-v128-$STAMP" "" -e model=gpt2 \
-  -e tokenizer_path=$TOK/gpt2-50304 -e max_steps=12 "${COMMON[@]}"
 bench_run gpt2-m128 "gpt2, micro 128 x 4" "bench-gpt2-m128-$STAMP" "" -e model=gpt2 -e tokenizer_path=$TOK/gpt2-50257 \
   -e max_steps=12 "${COMMON[@]}" -e per_device_train_batch_size=128 -e gradient_accumulation_steps=4
 bench_run gpt2-regional "gpt2, regional compilation" "bench-gpt2-regional-$STAMP" "2:2" -e model=gpt2 \
