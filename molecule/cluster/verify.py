@@ -2,6 +2,7 @@
 
 Run by `run.sh verify` (pytest) after `run.sh converge`, against the same containers and state directory.
 """
+import contextlib
 import json
 import os
 import re
@@ -248,6 +249,44 @@ def podman_exec(node, *cmd, check=True):
     return subprocess.run(["podman", "exec", f"dsc-{node}", *cmd], capture_output=True, text=True, check=check)
 
 
+@contextlib.contextmanager
+def new_host_keys(node):
+    """``node`` gets new ssh host keys (as a reinstalled node, or another machine at its address, would) for the
+    ``with`` block; its own keys are restored after it, and the head logs in to it again."""
+    saved = "/root/dsc-saved-host-keys"
+    podman_exec(node, "sh", "-c", f"rm -rf {saved} && mkdir {saved} && cp -a /etc/ssh/ssh_host_* {saved}/ && "
+                f"rm /etc/ssh/ssh_host_* && ssh-keygen -A >/dev/null && kill -HUP 1")
+    try:
+        time.sleep(1)
+        yield
+    finally:
+        podman_exec(node, "sh", "-c", f"rm -f /etc/ssh/ssh_host_* && cp -a {saved}/. /etc/ssh/ && kill -HUP 1")
+        time.sleep(1)
+    r = podman_exec("head-1", "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", node, "hostname",
+                    check=False)
+    assert r.returncode == 0 and r.stdout.strip() == node, r.stderr
+
+
+@contextlib.contextmanager
+def head_trusts_another_key(node):
+    """The head's known_hosts holds another ssh host key for ``node`` (by its name and its cluster address) during
+    the ``with`` block, as after the node was reinstalled and the head not told: the head's ssh to it is refused
+    ("REMOTE HOST IDENTIFICATION HAS CHANGED"), the controller's still works. Restored after the block."""
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    address = {**hosts["head"]["hosts"], **hosts["workers"]["hosts"]}[node]["cluster_address"]
+    kh, saved = "/root/.ssh/known_hosts", "/root/.ssh/known_hosts.dsc-test"
+    podman_exec("head-1", "sh", "-c", f"cp -a {kh} {saved} && ssh-keygen -q -R {node} -f {kh} >/dev/null 2>&1; "
+                f"ssh-keygen -q -R {address} -f {kh} >/dev/null 2>&1; rm -f /tmp/dsc-other-key* && "
+                f"ssh-keygen -q -t ed25519 -N '' -f /tmp/dsc-other-key && "
+                f"echo \"{node},{address} $(cut -d' ' -f1,2 /tmp/dsc-other-key.pub)\" >> {kh}")
+    try:
+        yield
+    finally:
+        podman_exec("head-1", "sh", "-c", f"mv {saved} {kh}")
+    r = podman_exec("head-1", "ssh", "-o", "BatchMode=yes", node, "hostname", check=False)
+    assert r.returncode == 0 and r.stdout.strip() == node, r.stderr
+
+
 def processes_of(node, run):
     """Command lines of the node's processes that belong to ``run``, from ``ps`` on the node (procps, installed by
     the base role); which ones are the run's is train/node/rank_status.py's run_of (its run directory in the command
@@ -355,7 +394,6 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
     so the head reaches worker-1 again."""
     nodes, _ = inventory()
     head, node = nodes[0], "worker-1"
-    saved = "/root/dsc-saved-host-keys"
     book = tmp_path / "copy.yml"
     copy = {"src": "/opt/deepspeed-cluster/code/train/", "dest": "/tmp/dsc-hostkey-test/", "verify_host": True}
     book.write_text(yaml.safe_dump([{"hosts": node, "gather_facts": False, "tasks": [
@@ -365,13 +403,11 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
          "ignore_errors": True},
         {"name": "Show", "ansible.builtin.debug": {
             "msg": "A={{ a.failed | default(false) }} {{ a.msg | default('') }} B={{ b.failed | default(false) }} "
-                   "{{ b.msg | default('') }}"}}]}]))
-    podman_exec(node, "sh", "-c", f"rm -rf {saved} /tmp/dsc-hostkey-test && mkdir {saved} && "
-                f"cp -a /etc/ssh/ssh_host_* {saved}/ && rm /etc/ssh/ssh_host_* && ssh-keygen -A >/dev/null && kill -HUP 1")
-    try:
-        time.sleep(1)
-        env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"),
-                   ANSIBLE_ACTION_PLUGINS=str(REPO / "roles" / "train_stage" / "action_plugins"))
+                   "{{ b.msg | default('') }} CMD={{ a.cmd | default('') }} END"}}]}]))
+    podman_exec(node, "rm", "-rf", "/tmp/dsc-hostkey-test")
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"),
+               ANSIBLE_ACTION_PLUGINS=str(REPO / "roles" / "train_stage" / "action_plugins"))
+    with new_host_keys(node):
         r = subprocess.run(["ansible-playbook", "-i", str(INVENTORY), str(book)], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=120)
         text = " ".join(r.stdout.split())
@@ -390,9 +426,12 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
         assert f"The ssh host key of {node} changed since the head last trusted it: {node} ssh-ed25519 SHA256:" in \
             said and f" -> {fp.split()[1]}" in said, said[-3000:]
         assert f"""ansible-playbook site.yml -e '{{"ssh_mesh_accept_new_host_keys": ["{node}"]}}'""" in said, said[-3000:]
-    finally:
-        podman_exec(node, "sh", "-c", f"rm -f /etc/ssh/ssh_host_* && cp -a {saved}/. /etc/ssh/ && kill -HUP 1")
-        time.sleep(1)
-    r = podman_exec(head, "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", node, "hostname",
-                    check=False)
-    assert r.returncode == 0 and r.stdout.strip() == node, r.stderr
+    # with its own keys back, stage_copy's rsync on the head copies, with the head's own ssh keys: not with the
+    # controller's key file, a path the head does not have (ssh: "Warning: Identity file ... not accessible")
+    r = subprocess.run(["ansible-playbook", "-i", str(INVENTORY), str(book)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0 and "A=False" in text, r.stdout[-3000:]
+    assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/job.py", check=False).returncode == 0
+    cmd = re.search(r"CMD=(.*?) END", text).group(1)
+    assert "rsync" in cmd and "--rsh" in cmd and " -i " not in cmd and "id_ed25519" not in cmd, cmd

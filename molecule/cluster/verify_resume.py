@@ -130,3 +130,49 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
                                "-e", f"train_output_dir={tmp_path}")
     assert refused.returncode != 0 and f"model gpt2 is not run {run}'s model bert" in refused.stdout, \
         refused.stdout[-2000:]
+
+
+def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_back(tmp_path):
+    """-e launcher=ansible (the nodes start their own ranks: no ssh from the head is needed to train) with another
+    ssh host key for worker-1 in the head's known_hosts: the run trains to its end, but the head cannot pull worker-1's part of the checkpoints.
+    train.yml does not end with exit 0 and "finished": it says what is missing, where it still is and how to fetch
+    it. With the key restored, -e attach= gathers it and brings it back whole, owned by the user who ran the playbook
+    (worker-1's files were written by another uid)."""
+    nodes, slots = cluster.inventory()
+    world = sum(slots.values())
+    node = "worker-1"
+    rank = sum(slots[n] for n in nodes[: nodes.index(node)])
+    run = f"ungathered-{int(time.time())}"
+    with cluster.head_trusts_another_key(node):
+        res = cluster.playbook("train.yml", "-e", "launcher=ansible", "-e", "model=bert", "-e", "model_size=tiny",
+                               "-e", "max_steps=10", "-e", "save_steps=10", "-e", f"run_name={run}",
+                               "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+        said = " ".join(res.stdout.split())
+        assert res.returncode != 0, said[-3000:]
+        assert f"run {run} trained to its end, but the head head-1 could not gather every node's part of " \
+               f"checkpoint-10, so it did not come back to {tmp_path / run}" in said, said[-3000:]
+        assert f"no optimizer shard of rank {rank} in global_step10/" in said, said[-3000:]
+        assert f"{node}: {node}'s ssh host key is not the one the head trusts" in said, said[-3000:]
+        assert f"each node still holds its part in {RUNS}/{run}/output/checkpoint-10/ (head-1 (rank 0), " \
+               f"{node} (rank {rank})" in said, said[-3000:]
+        assert f"ansible-playbook train.yml -e attach={run} gathers it on the head" in said, said[-3000:]
+        assert "run failed" not in said, said[-3000:]
+        out = tmp_path / run
+        assert json.loads((out / "metrics.json").read_text())["steps"] == 10  # the rest came back
+        assert not (out / "checkpoint-10").exists()
+        assert json.loads((out / "ungathered.json").read_text())["incomplete"]["checkpoint-10"]
+        # worker-1's part as a non-root node user would have left it: files of another uid
+        cluster.podman_exec(node, "chown", "-R", "4242:4242", f"{RUNS}/{run}/output/checkpoint-10")
+    again = cluster.playbook("train.yml", "-e", f"attach={run}", "-e", f"train_output_dir={tmp_path}")
+    said = " ".join(again.stdout.split())
+    assert again.returncode == 0, said[-3000:]
+    assert f"run {run} has ended; its train.yml could not gather checkpoint-10 on head-1: gathering again" in said, \
+        said[-3000:]
+    ckpt = out / "checkpoint-10"
+    assert checkpoints.verify(ckpt) == [] and checkpoints.marker(ckpt)["world_size"] == world, checkpoints.verify(ckpt)
+    assert not (out / "ungathered.json").exists()
+    mine = {os.getuid()}
+    assert {p.stat().st_uid for p in ckpt.rglob("*")} == mine, sorted((p.name, p.stat().st_uid) for p in ckpt.rglob("*"))
+    owners = cluster.podman_exec("head-1", "sh", "-c", f"find {RUNS}/{run}/output -printf '%u\\n' | sort -u").stdout
+    assert owners.split() == ["root"], owners  # the head's user (the inventory's ansible_user)
+    assert re.search(r"checkpoints\s+1 kept: checkpoint-10", again.stdout), again.stdout[-2000:]

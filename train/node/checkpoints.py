@@ -238,11 +238,14 @@ def copy_failure(host: str, returncode: int, stderr: str) -> str:
 def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
     """Copy the rank files (``RANK_FILTER``) of ``host``'s ``ckpt_dir`` (same path there) into the local one.
 
-    Uses rsync over ``ssh host`` (the cluster's ssh config: names, ports, keys, known_hosts). Returns None on
+    Uses rsync over ``ssh host`` (the cluster's ssh config: names, ports, keys, known_hosts); the copies belong to
+    this process's user (a non-root user's files on the node arrive as the head's). Returns None on
     success, else one line saying what failed (:func:`copy_failure`: a changed host key, unreachable, no such
     directory, a full disk) or a timeout."""
     d = str(ckpt_dir).rstrip("/") + "/"
-    cmd = ["rsync", "-a", "--timeout=30", "-e", " ".join(SSH), *RANK_FILTER, f"{host}:{d}", d]
+    # --no-owner/--no-group: the head's copy belongs to the head's user, not to the uid that wrote it on the node
+    cmd = ["rsync", "-a", "--no-owner", "--no-group", "--timeout=30", "-e", " ".join(SSH), *RANK_FILTER,
+           f"{host}:{d}", d]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:

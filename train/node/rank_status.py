@@ -1,8 +1,10 @@
 """One status file per rank, so that a run that loses a rank can say which one.
 
 ``<run_dir>/ranks/rank-<R>.json`` (run_dir = the directory of ``$DSC_JOB_FILE``, which the launch sets for every
-rank) holds ``{"rank", "world_size", "host", "local_rank", "pid", "end"}``. ``end`` is null while the rank runs and
-becomes, as the process ends:
+rank) holds ``{"rank", "world_size", "host", "local_rank", "pid", "started", "joined", "end"}``. ``started`` is the Unix
+time the file was written (the rank's bootstrap), ``joined`` the time torch.distributed's process group came up in
+it (null until then: the follower stops a run whose ranks do not all join within a bound). ``end`` is null while
+the rank runs and becomes, as the process ends:
 
 * ``"finished"``: it exited normally (``atexit``);
 * ``"error: <Type>: <message>"``: an uncaught exception ended it (``sys.excepthook``, then atexit keeps that);
@@ -29,6 +31,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +55,23 @@ def _end(what: str) -> None:
     if _PATH is not None and _STATE.get("end") is None:
         _STATE["end"] = what
         _write()
+
+
+def _record_join(every_s: float = 0.5) -> None:
+    """Record ``joined`` (Unix time, s) once torch.distributed's default process group exists in this process: the
+    rank got through the rendezvous at the master address (init_process_group returned). Polls, without importing
+    torch (a rank imports it after its status file is written); a daemon thread, so it never holds the rank's exit.
+    """
+    while _PATH is not None and _STATE.get("end") is None:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                _STATE["joined"] = time.time()
+                _write()
+                return
+        except Exception:  # noqa: BLE001 - a module half-imported by the main thread: look again
+            pass
+        time.sleep(every_s)
 
 
 def record_start(rank: int, world_size: int, local_rank: int, host: str, job_file: str | None = None) -> Path | None:
@@ -78,8 +98,10 @@ def record_start(rank: int, world_size: int, local_rank: int, host: str, job_fil
         return None
     _PATH = ranks / f"rank-{rank}.json"
     _STATE.clear()
-    _STATE.update(rank=rank, world_size=world_size, host=host, local_rank=local_rank, pid=os.getpid(), end=None)
+    _STATE.update(rank=rank, world_size=world_size, host=host, local_rank=local_rank, pid=os.getpid(), end=None,
+                  started=time.time(), joined=None)
     _write()
+    threading.Thread(target=_record_join, name="dsc-rank-status-join", daemon=True).start()
 
     hook = sys.excepthook
 
@@ -108,8 +130,11 @@ PEER_ERRORS = ("closed by peer", "Connection reset by peer", "Broken pipe", "com
 
 def read_node(ranks_dir: str | Path, first: int, count: int) -> list[dict]:
     """This node's ranks ``first`` .. ``first + count - 1`` as their status files say, with ``alive`` read from
-    /proc; a rank without a file is ``{"rank": r, "end": "never started", "alive": False}``."""
+    /proc and, for a rank not through the rendezvous yet (``joined`` null), ``waiting_s``: seconds since it started,
+    by this node's clock (the head's may differ); a rank without a file is ``{"rank": r, "end": "never started",
+    "alive": False}``."""
     out = []
+    now = time.time()
     for rank in range(int(first), int(first) + int(count)):
         path = Path(ranks_dir) / f"rank-{rank}.json"
         try:
@@ -119,6 +144,8 @@ def read_node(ranks_dir: str | Path, first: int, count: int) -> list[dict]:
             continue
         pid = int(record.get("pid") or 0)
         record["alive"] = bool(pid) and Path(f"/proc/{pid}").exists()
+        if record.get("joined") is None and isinstance(record.get("started"), (int, float)):
+            record["waiting_s"] = round(now - record["started"], 1)
         out.append(record)
     return out
 

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,32 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
     assert all("plain-ds-done" in text for text in ranks.values()), ranks
     log = (out / "plain" / "train.log").read_text()  # the launcher's own lines: one process, never interleaved
     assert log.count("exits successfully") == 2, log[-2000:]
+
+
+def test_a_rank_that_never_gets_through_the_rendezvous_stops_the_run_within_the_bound(tmp_path):
+    """Rank 1 of a plain DeepSpeed script never reaches init_distributed (it sleeps 10 min first), so rank 0 waits
+    in torch's rendezvous, which would wait 30 min: with -e train_rendezvous_timeout_s=20 the run is stopped about
+    20 s after the ranks started, naming the ranks that did not join, and no process of it is left."""
+    from train.tests.test_plan import PLAIN_DS
+
+    script = tmp_path / "late.py"
+    script.write_text("import os, time\nif os.environ.get('RANK') == '1':\n    time.sleep(600)\n" + PLAIN_DS)
+    out = tmp_path / "outputs"
+    extra = {"script": str(script), "run_name": "late", "train_output_dir": str(out), "train_poll_seconds": 2,
+             "train_rendezvous_timeout_s": 20,
+             "script_args": ["--per_device_train_batch_size", "4", "--max_steps", "3", "--warmup_steps", "1"]}
+    t0 = time.monotonic()
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "late.log", timeout=10 * 60)
+    took = time.monotonic() - t0
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, text[-3000:]
+    # rank 0 waits inside the rendezvous for rank 1, so it has not joined either (on gloo)
+    assert re.search(r"run late failed: the ranks did not all get through torch.distributed's rendezvous at "
+                     r"\S+:\d+ within 20s: (rank 0 on \S+ \(waiting \d+s\), )?rank 1 on \S+ \(waiting \d+s\)",
+                     text), text[-3000:]
+    assert "raise train_rendezvous_timeout_s" in text and "(none is left)" in text, text[-3000:]
+    assert "plain-ds-done" not in (out / "late" / "train.log").read_text()
+    assert took < 5 * 60, took  # torch alone would have waited 30 min
 
 
 def test_a_scripts_own_deepspeed_file_is_the_runs_recorded_and_staged_config(tmp_path):

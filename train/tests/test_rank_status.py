@@ -25,6 +25,12 @@ if how == "error":
     raise RuntimeError("a file it needs is missing")
 if how == "wait":
     time.sleep(60)
+if how == "join":  # through torch.distributed's rendezvous after a while (a process group of one, gloo)
+    sys.stdin.readline()
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + ".store", rank=0, world_size=1)
+    print("joined", flush=True)
+    time.sleep(60)
 """
 
 
@@ -32,7 +38,7 @@ def run_child(tmp_path, how):
     job = tmp_path / "job.json"
     job.write_text("{}")
     proc = subprocess.Popen([sys.executable, "-c", CHILD % str(REPO), str(job), how], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc, tmp_path / "ranks" / "rank-3.json"
 
@@ -48,6 +54,30 @@ def test_a_rank_that_ends_by_itself_says_how(tmp_path, how, end):
     got = status(path)
     assert got["end"] == end
     assert (got["rank"], got["world_size"], got["local_rank"], got["host"], got["pid"]) == (3, 4, 1, "node-x", proc.pid)
+
+
+@pytest.mark.torch
+def test_a_rank_records_when_it_got_through_the_rendezvous(tmp_path):
+    from train.node.rank_status import read_node
+
+    proc, path = run_child(tmp_path, "join")
+    try:
+        time.sleep(1.2)
+        before = read_node(path.parent, 3, 1)[0]
+        assert before["joined"] is None and before["alive"] and before["waiting_s"] >= 1.0, before
+        assert abs(before["started"] - time.time()) < 60
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "joined"
+        deadline = time.time() + 10
+        while status(path)["joined"] is None and time.time() < deadline:
+            time.sleep(0.2)
+        after = read_node(path.parent, 3, 1)[0]
+        assert after["joined"] >= before["started"] + 1.0 and "waiting_s" not in after, after
+        assert after["end"] is None
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_sigterm_is_recorded_and_sigkill_leaves_no_end(tmp_path):

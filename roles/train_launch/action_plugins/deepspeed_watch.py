@@ -19,6 +19,10 @@ Options:
     N``, or DeepSpeed's launcher's ``exits with return code = N``) while the job still runs, how long to wait for it
     to end by itself before giving up on it (default 15). The other nodes' ranks would otherwise wait in their next
     collective until torch's process-group timeout (30 min on gloo, 10 on NCCL).
+  rendezvous: ``{"within_s", "master"}`` or omitted/null: with the liveness check, a rank that has not got through
+    torch.distributed's rendezvous (train.node.rank_status's ``joined``) ``within_s`` seconds after it started, or
+    has not started that long after the launch, fails the run, naming the ranks and quoting torch's last line about
+    it (``master``: "address:port", for the message). Torch itself would wait for its process-group timeout.
   checkpoint: the step of the checkpoint the run resumed from (-e resume=), or omitted: the progress lines name it as
     the last checkpoint until the run saves a new one.
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
@@ -73,7 +77,50 @@ _ARGSPEC = {
     "liveness": {"type": "dict", "default": None},
     "slurm_job": {"type": "str", "default": None},
     "checkpoint": {"type": "int", "default": None},
+    "rendezvous": {"type": "dict", "default": None},
 }
+
+# torch.distributed's own lines about its rendezvous (c10d's TCPStore client/server, socket.cpp): quoted when the
+# ranks do not all join in time
+_RENDEZVOUS_LINE = re.compile(r"\[c10d\]|TCPStore|socket\.cpp|rendezvous|DistStoreError|store_based_barrier", re.I)
+
+
+def late_to_join(statuses: dict, bound_s: float, since_launch_s: float) -> list[dict]:
+    """The ranks not through torch.distributed's rendezvous in time, from the liveness check's last result.
+
+    Args:
+      statuses: {host: check_nodes' status}: each rank's record (train.node.rank_status.read_node: ``joined``,
+        ``waiting_s`` by the node's own clock, ``alive``, ``end``).
+      bound_s: seconds a rank may wait in the rendezvous after its start (its status file: before it imports torch).
+      since_launch_s: seconds since the launch (a rank with no status file yet is late after ``bound_s`` of it).
+
+    Returns:
+      ``[{"host", "rank", "waiting_s"}]`` (``waiting_s`` None: the rank has not started), or [] while every rank
+      joined, may still join in time, or has ended (ended ranks are the liveness check's and the log's to name).
+    """
+    late = []
+    for host, status in statuses.items():
+        for r in status.get("ranks") or []:
+            if r.get("end") == "never started":
+                if since_launch_s > bound_s:
+                    late.append({"host": host, "rank": r.get("rank"), "waiting_s": None})
+            elif r.get("alive") and r.get("joined") is None and float(r.get("waiting_s") or 0) > bound_s:
+                late.append({"host": host, "rank": r.get("rank"), "waiting_s": float(r["waiting_s"])})
+    return late
+
+
+def rendezvous_failure(late: list[dict], bound_s: float, master: str, recent: list[str]) -> str:
+    """The error of a run whose ranks did not all join the rendezvous: which ranks (where, for how long), torch's own
+    last line about it from the launcher's log (``recent``), and what to do."""
+    said = next((l.strip() for l in reversed(recent) if _RENDEZVOUS_LINE.search(l)), "")
+    who = ", ".join(f"rank {x['rank']} on {x['host']} " + (f"(waiting {format_duration(x['waiting_s'])})"
+                                                          if x["waiting_s"] is not None else "(not started)")
+                    for x in late)
+    return (f"the ranks did not all get through torch.distributed's rendezvous at {master} within "
+            f"{format_duration(bound_s)}: {who}; " + (f"torch said: {said.rstrip('.')}" if said else "torch said nothing about it "
+                                                     "in the launcher's log") +
+            f". Every node must reach {master} (the plan's master address and port; playbooks/check.yml tests it), "
+            f"and every rank must start; if the ranks are only slow to start, raise train_rendezvous_timeout_s")
 
 # A node's ranks ended with an error: pdsh's report of that node's ssh, or DeepSpeed's launcher (launch.py's
 # sigkill_handler) on that node, its line prefixed "<host>: " by pdsh.
@@ -199,6 +246,8 @@ class ActionModule(AsyncFollowAction):
         dead_at = 0.0
         recent: list[str] = []
         live = Liveness(args["liveness"], self._run_on_head) if args["liveness"] else None
+        rendezvous = args["rendezvous"] if live is not None and (args["rendezvous"] or {}).get("within_s") else None
+        rendezvous_done = False
         next_poll = started
         slurm_said = ""
 
@@ -213,6 +262,17 @@ class ActionModule(AsyncFollowAction):
                                   log_tail=self._tail(log_file, args["tail_lines"]),
                                   msg=f"{why} ({format_duration(now - started)} after the launch)")
                     return result
+                if rendezvous and not seen and not rendezvous_done:
+                    late = late_to_join(live.last, rendezvous["within_s"], now - started)
+                    rendezvous_done = bool(live.last) and all(
+                        r.get("joined") is not None for st in live.last.values() for r in st.get("ranks") or [])
+                    if late:
+                        result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
+                                      dead_lines=[], silent_nodes=live.unreachable(fresh=False),
+                                      log_tail=self._tail(log_file, args["tail_lines"]),
+                                      msg=rendezvous_failure(late, rendezvous["within_s"], rendezvous["master"],
+                                                             recent))
+                        return result
             if time.monotonic() < next_poll:  # the next liveness check comes before the next progress poll
                 time.sleep(max(0.05, min(next_poll, live.next_at if live else next_poll) - time.monotonic()))
                 continue

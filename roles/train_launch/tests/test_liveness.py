@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[3]
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modules run with the system python
 
 
-def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3):
-    """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes``; (seconds, output, rc)."""
+def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rendezvous=None):
+    """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes`` (and the rendezvous bound,
+    a dict, when given); (seconds, output, rc)."""
     liveness = {"nodes": nodes, "runs_dir": str(tmp_path / "runs"), "run": "r1", "every_s": every_s,
                 "failures": failures, "timeout_s": 1, "ssh_checked": True}
     book = tmp_path / "play.yml"
@@ -40,6 +41,7 @@ def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3):
         log_file: {tmp_path}/train.log
         poll_seconds: 2
         liveness: {json.dumps(liveness)}
+        rendezvous: {json.dumps(rendezvous)}
       register: res
       ignore_errors: true
     - name: Keep the result
@@ -57,10 +59,10 @@ def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3):
     return time.monotonic() - t0, text, json.loads((tmp_path / "result.json").read_text())
 
 
-def rank_file(tmp_path, rank, pid, end=None):
+def rank_file(tmp_path, rank, pid, end=None, **more):
     ranks = tmp_path / "runs" / "r1" / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)
-    (ranks / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "pid": pid, "end": end}))
+    (ranks / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "pid": pid, "end": end, **more}))
 
 
 def here(**kw):
@@ -106,3 +108,39 @@ def test_a_rank_killed_on_a_node_that_answers_is_named_and_live_ranks_are_follow
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_rank_that_does_not_get_through_the_rendezvous_in_time_stops_the_follower(ansible_playbook, tmp_path):
+    """Rank 0 joined and rank 1 (a live process) has waited since its start: after the bound the follower fails,
+    naming rank 1 and quoting torch's line from the log; then a rank that never started, named the same way; once
+    every rank joined, no bound applies."""
+    waiting = subprocess.Popen(["sleep", "120"])
+    joined = subprocess.Popen(["sleep", "120"])
+    torch_said = ("worker-1: [W1204 22:10:01.5 socket.cpp:755] [c10d] The client socket has failed to connect to "
+                  "[head-1]:29500 (errno: 110 - Connection timed out).")
+    (tmp_path / "train.log").write_text(f"[rank 0/3] host=head-1 local_rank=0\n{torch_said}\n")
+    try:
+        now = time.time()
+        rank_file(tmp_path, 0, joined.pid, started=now - 1, joined=now)
+        rank_file(tmp_path, 1, waiting.pid, started=now, joined=None)
+        bound = {"within_s": 4, "master": "10.0.0.1:29500"}
+        took, text, res = follow(ansible_playbook, tmp_path, 90, [here(count=2)], rendezvous=bound)
+        assert res["failed"] and res["dead_host"] == "", text
+        assert res["msg"].startswith("the ranks did not all get through torch.distributed's rendezvous at "
+                                     "10.0.0.1:29500 within 4s: rank 1 on head-1 (waiting "), res["msg"]
+        assert "rank 0" not in res["msg"], res["msg"]
+        assert f"torch said: {torch_said}" in res["msg"] and "train_rendezvous_timeout_s" in res["msg"], res["msg"]
+        assert took < 40, took  # not the job's 90 s
+
+        rank_file(tmp_path, 1, waiting.pid, started=now, joined=now + 1)
+        took, text, res = follow(ansible_playbook, tmp_path, 90, [here(count=3)], rendezvous=bound)
+        assert res["failed"] and "within 4s: rank 2 on head-1 (not started); torch said" in res["msg"], res["msg"]
+        assert took < 40, took
+
+        rank_file(tmp_path, 2, joined.pid, started=now, joined=now + 2)
+        took, text, res = follow(ansible_playbook, tmp_path, 8, [here(count=3)], rendezvous={**bound, "within_s": 1})
+        assert not res.get("failed") and res["rc"] == 0, text
+    finally:
+        for p in (waiting, joined):
+            p.kill()
+            p.wait()

@@ -9,6 +9,9 @@ train/controller/ansible_async.py's AsyncFollowAction (as deepspeed_watch and pr
 files done prints the last one and the running totals (files, MB of the total, elapsed), a line a minute while a
 big file is under way, and a last line with what was copied. No ``until:`` loop, so nothing prints "FAILED - RETRYING" while a copy is fine.
 
+On a node (``delegate_to`` another node: the head copying to a worker) rsync's ssh gets no ``-i`` unless
+``private_key`` is given: the node's own ssh configuration names its keys.
+
 Options, besides synchronize's: log_file (required; a path on the host rsync runs on: the delegate_to host),
 total_bytes (the source's size, for "x of y MB"; optional), poll_seconds (default 5), timeout_s (default 14400).
 Returns synchronize's result (changed, cmd, msg, rc, stdout_lines); fails as it does (an rsync error, a host key
@@ -52,6 +55,12 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
         self._host = (task_vars or {}).get("inventory_hostname", "")
         args["rsync_opts"] = list(args.get("rsync_opts") or []) + [
             "--log-file=" + shlex.quote(str(own["log_file"])), shlex.quote("--log-file-format=%i|%l|%n")]
+        delegate = self._task.delegate_to
+        if delegate and delegate not in ("localhost", "127.0.0.1") and "private_key" not in args:
+            # rsync runs on a node (the head): its ssh uses that node's keys (the ssh mesh's ~/.ssh/config), not the
+            # controller's ansible_ssh_private_key_file, which synchronize would pass as -i (a path that is not
+            # there: "Warning: Identity file ... not accessible")
+            args["private_key"] = None
         self._task.args = args
         return super().run(tmp, task_vars)
 
