@@ -416,7 +416,7 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
                "head-1's known_hosts (changed)" in text, r.stdout[-3000:]
         assert "playbooks/ssh_mesh.yml" in text
         assert re.search(r"B=True .*Host key verification failed", text), r.stdout[-3000:]
-        assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/job.py", check=False).returncode != 0
+        assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/common/job.py", check=False).returncode != 0
         # site.yml's ssh mesh does not trust the new key silently: it names both fingerprints and the command that
         # accepts it on purpose (the head's known_hosts is left as it was)
         fp = podman_exec(node, "ssh-keygen", "-l", "-E", "sha256", "-f", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
@@ -432,6 +432,6 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
                        text=True, timeout=120)
     text = " ".join(r.stdout.split())
     assert r.returncode == 0 and "A=False" in text, r.stdout[-3000:]
-    assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/job.py", check=False).returncode == 0
+    assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/common/job.py", check=False).returncode == 0
     cmd = re.search(r"CMD=(.*?) END", text).group(1)
     assert "rsync" in cmd and "--rsh" in cmd and " -i " not in cmd and "id_ed25519" not in cmd, cmd

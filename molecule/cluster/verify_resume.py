@@ -145,8 +145,8 @@ def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_
     run = f"ungathered-{int(time.time())}"
     with cluster.head_trusts_another_key(node):
         res = cluster.playbook("train.yml", "-e", "launcher=ansible", "-e", "model=bert", "-e", "model_size=tiny",
-                               "-e", "max_steps=10", "-e", "save_steps=10", "-e", f"run_name={run}",
-                               "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+                               "-e", "max_steps=10", "-e", "save_steps=10", "-e", "warmup_steps=2",
+                               "-e", f"run_name={run}", "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
         said = " ".join(res.stdout.split())
         assert res.returncode != 0, said[-3000:]
         assert f"run {run} trained to its end, but the head head-1 could not gather every node's part of " \
