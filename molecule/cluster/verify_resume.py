@@ -134,7 +134,8 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
 
 def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_back(tmp_path):
     """-e launcher=ansible (the nodes start their own ranks: no ssh from the head is needed to train) with another
-    ssh host key for worker-1 in the head's known_hosts: the run trains to its end, but the head cannot pull worker-1's part of the checkpoints.
+    ssh host key for worker-1 in the head's known_hosts: the run trains to its end, but the head cannot pull
+    worker-1's part of the checkpoints.
     train.yml does not end with exit 0 and "finished": it says what is missing, where it still is and how to fetch
     it. With the key restored, -e attach= gathers it and brings it back whole, owned by the user who ran the playbook
     (worker-1's files were written by another uid)."""
@@ -146,7 +147,8 @@ def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_
     with cluster.head_trusts_another_key(node):
         res = cluster.playbook("train.yml", "-e", "launcher=ansible", "-e", "model=bert", "-e", "model_size=tiny",
                                "-e", "max_steps=10", "-e", "save_steps=10", "-e", "warmup_steps=2",
-                               "-e", f"run_name={run}", "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+                               "-e", f"run_name={run}", "-e", f"train_output_dir={tmp_path}",
+                               "-e", "train_poll_seconds=2")
         said = " ".join(res.stdout.split())
         assert res.returncode != 0, said[-3000:]
         assert f"run {run} trained to its end, but the head head-1 could not gather every node's part of " \
@@ -172,7 +174,8 @@ def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_
     assert checkpoints.verify(ckpt) == [] and checkpoints.marker(ckpt)["world_size"] == world, checkpoints.verify(ckpt)
     assert not (out / "ungathered.json").exists()
     mine = {os.getuid()}
-    assert {p.stat().st_uid for p in ckpt.rglob("*")} == mine, sorted((p.name, p.stat().st_uid) for p in ckpt.rglob("*"))
+    uids = {p.name: p.stat().st_uid for p in ckpt.rglob("*")}
+    assert set(uids.values()) == mine, uids
     owners = cluster.podman_exec("head-1", "sh", "-c", f"find {RUNS}/{run}/output -printf '%u\\n' | sort -u").stdout
     assert owners.split() == ["root"], owners  # the head's user (the inventory's ansible_user)
     assert re.search(r"checkpoints\s+1 kept: checkpoint-10", again.stdout), again.stdout[-2000:]

@@ -36,4 +36,5 @@ def test_several_checkpoints_in_step_order():
     said = ungathered({"checkpoint-100": ["x"], "checkpoint-20": ["y"]}, PLAN, HELD)
     assert "part of checkpoint-20, checkpoint-100, so they did not come back" in said
     assert said.index("checkpoint-20: y") < said.index("checkpoint-100: x")
-    assert "in /opt/dsc/runs/r1/output/checkpoint-*/" in said and "gathers them on the head and brings them back" in said
+    assert "in /opt/dsc/runs/r1/output/checkpoint-*/" in said
+    assert "gathers them on the head and brings them back" in said
