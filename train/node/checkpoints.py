@@ -8,7 +8,7 @@ node-local disks no node holds a whole checkpoint (DeepSpeed #2319, #5452), so:
 
 * ``supervise`` runs the head's launcher as a child and, every few seconds while it runs, ``gather``s: it pulls the
   rank files of every new checkpoint from the other nodes into the head's copy (rsync over the cluster's ssh, the
-  mesh the launcher and the data staging use), checks it (``problems``) and marks it complete (``MARKER``, written
+  mesh the launcher and the data staging use; every node at once, :func:`pull_from_all`), checks it (``problems``) and marks it complete (``MARKER``, written
   last, atomically). Training never waits for it.
 * train.yml gathers once more when the run ends (also after a failure), brings the complete checkpoints back to
   the controller, and ``-e resume=<run>`` stages the newest complete one (``latest_complete``) onto every node.
@@ -44,6 +44,8 @@ _RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 #: rsync filter of the files one rank writes (the only files the head pulls from the other nodes).
 RANK_FILTER = ["--include=/global_step*/", "--include=/global_step*/*zero_pp_rank_*_states.pt",
                "--include=/rng_state_*.pth", "--exclude=*"]
+#: rsyncs a gather runs at once (one per node; each is mostly waiting on the network and the node's disk)
+PULL_FANOUT = 32
 GATHER_EVERY_S = 2.0  # supervise's period (s): well under the time between two saves of a real run
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
        "-o", "ServerAliveCountMax=3"]
@@ -255,6 +257,18 @@ def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
     return None
 
 
+def pull_from_all(hosts: list[str], ckpt_dir, fanout: int = PULL_FANOUT) -> list[str | None]:
+    """:func:`pull_rank_files` of ``ckpt_dir`` from every host at once (at most ``fanout`` rsyncs at a time), not one
+    after another: on N nodes a gather then takes about as long as the slowest node's copy, not the sum of N
+    copies. Returns each host's result (None or the failure line), in the order of ``hosts``."""
+    if len(hosts) <= 1:
+        return [pull_rank_files(h, ckpt_dir) for h in hosts]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(int(fanout), len(hosts)))) as pool:
+        return list(pool.map(lambda h: pull_rank_files(h, ckpt_dir), hosts))
+
+
 def gather(output_dir, hosts: list[str], world_size: int, zero_stage: int | None = None,
            final: bool = False) -> dict:
     """Complete the head's unmarked checkpoints in ``output_dir`` from the other nodes and mark those found whole.
@@ -275,7 +289,7 @@ def gather(output_dir, hosts: list[str], world_size: int, zero_stage: int | None
             continue
         if not (d / "trainer_state.json").is_file() and not final:
             continue  # rank 0 is still saving it
-        errors = [e for e in (pull_rank_files(h, d) for h in hosts) if e]
+        errors = [e for e in pull_from_all(hosts, d) if e]
         if not (d / "trainer_state.json").exists() and not final:
             shutil.rmtree(d, ignore_errors=True)  # rotated away by the Trainer meanwhile: the pull re-created it
             continue

@@ -111,6 +111,46 @@ def test_gather_pulls_each_nodes_rank_files_and_marks_the_checkpoint(tmp_path, m
     assert json.loads(out.stdout) == {"path": str(c10), "step": 10, "world_size": 4}
 
 
+SLOW_SSH = """#!/bin/sh
+# ssh stand-in that takes a second per node, recording when each node's copy began and ended (Unix time)
+while [ "$1" = "-o" ]; do shift 2; done
+host=$1; shift
+echo "$host start $(date +%s.%N)" >> "$ROOT/calls"
+sleep 1
+sh -c "$(echo "$*" | sed "s#$ROOT/head#$ROOT/$host#g")"
+rc=$?
+echo "$host end $(date +%s.%N)" >> "$ROOT/calls"
+exit $rc
+"""
+
+
+def test_gather_pulls_from_every_node_at_once(tmp_path, monkeypatch):
+    """Eight workers, one rank each: the head pulls their rank files in overlapping copies, not one node after
+    another (the copies' start and end times), and the checkpoint is complete with every rank's files."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text(SLOW_SSH)
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ROOT", str(tmp_path))
+    workers = [f"worker-{i}" for i in range(1, 9)]
+    head = tmp_path / "head" / "output"
+    write_checkpoint(head, 10, [0], 9)
+    for i, w in enumerate(workers, start=1):
+        write_checkpoint(tmp_path / w / "output", 10, [i], 9, rank0=False)
+    report = checkpoints.gather(head, workers, 9, 2)
+    assert report == {"complete": ["checkpoint-10"], "incomplete": {}, "errors": []}, report
+    spans = {}
+    for line in (tmp_path / "calls").read_text().split("\n"):
+        if line:
+            host, what, at = line.split()
+            spans.setdefault(host, {})[what] = float(at)
+    assert sorted(spans) == sorted(workers)
+    first_end = min(s["end"] for s in spans.values())
+    started_before = [h for h, s in spans.items() if s["start"] < first_end]
+    assert len(started_before) == len(workers), spans  # every copy began before the first one ended
+
+
 def test_a_failed_copy_says_why_in_words_from_rsyncs_and_ssh_own_lines(tmp_path):
     """rsync's last line ("rsync error: unexplained error (code 255)") names no cause: the line before it does. A real
     rsync over a real ssh to a port nothing listens on, then the lines ssh prints for a changed host key."""
