@@ -179,3 +179,44 @@ def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_
     owners = cluster.podman_exec("head-1", "sh", "-c", f"find {RUNS}/{run}/output -printf '%u\\n' | sort -u").stdout
     assert owners.split() == ["root"], owners  # the head's user (the inventory's ansible_user)
     assert re.search(r"checkpoints\s+1 kept: checkpoint-10", again.stdout), again.stdout[-2000:]
+
+
+def test_a_slurm_job_near_its_time_limit_saves_and_stops_and_resume_goes_on(tmp_path):
+    """-e launcher=slurm with a 3-minute time limit and Slurm's signal 150 s before it (sbatch --signal=USR1@150:
+    Slurm sends it 30-60 s into the job): every rank saves a checkpoint at the same step and the run stops, long
+    before its 5000 steps and before Slurm would kill it; Slurm records the job COMPLETED, not TIMEOUT; train.yml
+    says how to go on, and -e resume= (a new job, without the signal) continues from that checkpoint to the end."""
+    nodes, slots = cluster.inventory()
+    world = sum(slots.values())
+    run = f"timelimit-{int(time.time())}"
+    res = cluster.playbook("train.yml", "-e", "launcher=slurm", "-e", "model=bert", "-e", "model_size=tiny",
+                           "-e", "max_steps=5000", "-e", "logging_steps=5", "-e", "save_steps=5000",
+                           "-e", "warmup_steps=2", "-e", "train_slurm_time_limit=3", "-e", "train_slurm_signal_s=150",
+                           "-e", f"run_name={run}", "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+    said = " ".join(res.stdout.split())
+    assert res.returncode == 0, said[-3000:]
+    m = re.search(r"stopping at step (\d+) of 5000 before the Slurm job's time limit: every rank saves "
+                  rf"checkpoint-\1 first; go on with ansible-playbook train.yml -e resume={run}", said)
+    assert m, said[-3000:]
+    step = int(m.group(1))
+    assert f"run {run}: stopped at step {step} before the Slurm job's time limit, its checkpoint saved; go on with " \
+           f"ansible-playbook train.yml -e resume={run}" in said, said[-3000:]
+    out = tmp_path / run
+    assert json.loads((out / "metrics.json").read_text())["steps"] == step
+    ckpt = out / f"checkpoint-{step}"
+    assert checkpoints.verify(ckpt) == [] and checkpoints.marker(ckpt)["world_size"] == world, checkpoints.verify(ckpt)
+    record = [line for line in cluster.podman_exec("head-1", "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
+              if f" Name={run} " in line]
+    assert len(record) == 1 and "JobState=COMPLETED" in record[0], record
+    # the signal reached every node's slurm-node.sh, which wrote the request on its own disk
+    for n in nodes:
+        assert cluster.podman_exec(n, "test", "-s", f"{RUNS}/{run}/stop-requested", check=False).returncode == 0, n
+    until = step + 10
+    res = cluster.playbook("train.yml", "-e", f"resume={run}", "-e", f"max_steps={until}", "-e", "launcher=slurm",
+                           "-e", "train_slurm_signal_s=0", "-e", f"train_output_dir={tmp_path}",
+                           "-e", "train_poll_seconds=2")
+    said = " ".join(res.stdout.split())
+    assert res.returncode == 0, said[-3000:]
+    assert f"resuming run {run} from step {step}" in said and "stopping at step" not in said, said[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["steps"] == until
+    assert checkpoints.verify(out / f"checkpoint-{until}") == []

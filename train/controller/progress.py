@@ -108,7 +108,8 @@ def last_checkpoint(records: list[dict], previous: int | None = None) -> int | N
 
 def format_event(record: dict) -> str | None:
     """One line for an event of progress.jsonl: ``"saved checkpoint-100 (step 100; 1.20 GB on the head, in 3.4 s)"``
-    (the size and time where the event has them), ``"warning: ..."``; None for an event this version does not know."""
+    (the size and time where the event has them), ``"warning: ..."``, ``"stopping at step 40 of 5000 before the
+    Slurm job's time limit: ..."``; None for an event this version does not know."""
     kind = record.get("event")
     if kind == "save":
         detail = []
@@ -120,6 +121,10 @@ def format_event(record: dict) -> str | None:
                 f"{'; ' + ', '.join(detail) if detail else ''})")
     if kind == "warning":
         return f"warning: {record.get('message', '')}"
+    if kind == "stop_request":
+        return (f"stopping at step {record.get('step', '?')} of {record.get('max_steps', '?')} before the Slurm job's "
+                f"time limit: every rank saves checkpoint-{record.get('step', '?')} first; go on with "
+                f"ansible-playbook train.yml -e resume={record.get('run') or '<run>'}")
     return None
 
 
@@ -319,8 +324,12 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
         files.append(("train.log", "the launcher's whole output (all ranks, interleaved)"))
 
     width = max(len(k) for k, _ in rows + [("results", "")])
-    state = ("FAILED, what came back" if failed else "finished" if m
-             else "ended without a metrics.json (see train.log and logs/)")
+    stop = next((r for r in reversed(records) if r.get("event") == "stop_request"), None)
+    state = ("FAILED, what came back" if failed
+             else (f"stopped at step {stop.get('step')} before the Slurm job's time limit, its checkpoint saved; go on "
+                   f"with ansible-playbook train.yml -e resume={run_name or stop.get('run') or out.name}")
+             if stop is not None and m
+             else "finished" if m else "ended without a metrics.json (see train.log and logs/)")
     lines = [f"run {run_name or m.get('run_name') or out.name}: {state}"]
     lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines.append(f"{'results'.ljust(width)}  {out}/")

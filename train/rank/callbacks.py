@@ -12,7 +12,8 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
   own, told apart by their "event" key: {"event": "save", "step", "checkpoint", "elapsed_s", "save_s",
   "size_bytes"} after each checkpoint save (``checkpoint-<step>`` in the output directory; save_s the seconds the
   save took, size_bytes this node's part of it), {"event": "warning", "message"} for what the run must say
-  (e.g. TensorBoard left out: :func:`usable_report_to`).
+  (e.g. TensorBoard left out: :func:`usable_report_to`), {"event": "stop_request", "step", "max_steps", "run",
+  "requested_at"} when the run stops early to save before its Slurm job's time limit (:class:`StopRequestCallback`).
 * ``loss_curve.png`` -- loss and learning rate against step (two panels), from those records.
 * ``metrics.json`` -- train.rank.metrics.build_metrics, written by MetricsCallback when training ends (every
   rank takes part: it gathers each rank's host) and again after each later evaluation, with its eval_* metrics.
@@ -21,6 +22,7 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -279,3 +281,60 @@ def plot_loss_curve(records: list[dict], path: str | Path, title: str = "") -> P
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+#: the file whose presence asks the run to save and stop (-e launcher=slurm: slurm-node.sh writes it on Slurm's
+#: signal before the job's time limit); set by the launch, unset otherwise
+STOP_FILE_ENV = "DSC_STOP_FILE"
+
+
+class StopRequestCallback(TrainerCallback):
+    """Saves a checkpoint and stops training, on every rank at the same step, once ``stop_file`` exists on any node.
+
+    Args:
+        stop_file: the path (the same on every node, each node's own file) whose presence is the request, e.g.
+            written by -e launcher=slurm's slurm-node.sh when Slurm signals the job before its time limit.
+        progress: the run's ProgressCallback: rank 0 writes the ``stop_request`` event through it.
+        every: check every ``every`` optimizer steps (>= 1; the Trainer's logging_steps: one small all-reduce
+            per check, where the loss is read anyway).
+
+    The ranks must save the same step (a DeepSpeed checkpoint is a collective), so each check is a MAX all-reduce
+    of "this node's file exists" over the world; when it is set every rank sets ``should_save`` and
+    ``should_training_stop`` for this step. Without torch.distributed the local file decides.
+    """
+
+    def __init__(self, stop_file: str | Path, progress: ProgressCallback | None = None, every: int = 1):
+        self.stop_file = Path(stop_file)
+        self.progress = progress
+        self.every = max(1, int(every))
+        self.stopped_at: int | None = None
+
+    def _requested(self, device) -> bool:
+        import torch
+
+        local = 1.0 if self.stop_file.exists() else 0.0
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return bool(local)
+        flag = torch.tensor([local], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stopped_at is not None or state.global_step % self.every or state.global_step >= state.max_steps:
+            return
+        if not self._requested(args.device):
+            return
+        self.stopped_at = state.global_step
+        control.should_save = True
+        control.should_training_stop = True
+        control.should_log = args.logging_strategy != "no"
+        if state.is_world_process_zero and self.progress is not None:
+            try:
+                at = self.stop_file.read_text(encoding="utf-8").strip()
+            except OSError:
+                at = ""
+            self.progress._write({"event": "stop_request", "step": state.global_step, "max_steps": state.max_steps,
+                                  "run": os.environ.get("DSC_RUN_NAME", ""),
+                                  "requested_at": int(at) if at.isdigit() else None})
+

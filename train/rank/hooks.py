@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 
-from train.rank.callbacks import MetricsCallback, ProgressCallback
+from train.rank.callbacks import STOP_FILE_ENV, MetricsCallback, ProgressCallback, StopRequestCallback
 from train.rank.patches import (clip_without_host_sync, configured_state, fix_loss_kwargs_flag,
                                 init_cpu_deepspeed_distributed)
 
 
 def attach(trainer, *, script: str | None = None, extra: dict | None = None, rank_extra=None,
            tokens_per_sample: int | None = None):
-    """Add the project's callbacks to a built Trainer: progress.jsonl, metrics.json and loss_curve.png.
+    """Add the project's callbacks to a built Trainer: progress.jsonl, metrics.json and loss_curve.png, and with
+    ``$DSC_STOP_FILE`` (-e launcher=slurm) the save-and-stop before the job's time limit (StopRequestCallback).
 
     Args:
         trainer: a transformers.Trainer (after __init__: its args know the world size).
@@ -33,6 +34,10 @@ def attach(trainer, *, script: str | None = None, extra: dict | None = None, ran
     metrics.trainer = trainer
     trainer.add_callback(progress)
     trainer.add_callback(metrics)
+    if os.environ.get(STOP_FILE_ENV):
+        # -e launcher=slurm: save and stop when Slurm signals the job before its time limit (slurm-node.sh)
+        every = int(a.logging_steps) if (a.logging_steps or 0) >= 1 else 10
+        trainer.add_callback(StopRequestCallback(os.environ[STOP_FILE_ENV], progress, every))
     clip_without_host_sync(trainer)
     return progress, metrics
 

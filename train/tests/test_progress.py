@@ -153,3 +153,20 @@ def test_a_slurm_job_is_shown_pending_with_its_reason_and_place_then_running():
     many = "".join(f"{i}|j{i}|PENDING|Priority|\n" for i in range(1, 23))
     assert slurm_job_line(many, "j11").endswith("11th of 22 pending jobs")
     assert slurm_job_line(many, "j22").endswith("22nd of 22 pending jobs")
+
+
+def test_a_run_stopped_before_its_slurm_time_limit_says_so_and_how_to_go_on(tmp_path):
+    from train.controller.progress import format_event
+
+    event = {"event": "stop_request", "step": 40, "max_steps": 5000, "run": "r7", "requested_at": 1796420000}
+    assert format_event(event) == ("stopping at step 40 of 5000 before the Slurm job's time limit: every rank saves "
+                                   "checkpoint-40 first; go on with ansible-playbook train.yml -e resume=r7")
+    (tmp_path / "progress.jsonl").write_text('{"step": 40, "max_steps": 5000, "loss": 6.5, "elapsed_s": 12.0}\n'
+                                             + json.dumps(event) + "\n")
+    (tmp_path / "metrics.json").write_text(json.dumps({"steps": 40, "max_steps": 5000}))
+    lines = summary_lines(tmp_path, "r7")
+    assert lines[0] == ("run r7: stopped at step 40 before the Slurm job's time limit, its checkpoint saved; go on "
+                        "with ansible-playbook train.yml -e resume=r7"), lines
+    assert lines[1] == "steps        40 of 5000"
+    (tmp_path / "progress.jsonl").write_text('{"step": 40, "max_steps": 5000, "loss": 6.5, "elapsed_s": 12.0}\n')
+    assert summary_lines(tmp_path, "r7")[0] == "run r7: finished"
