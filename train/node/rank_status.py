@@ -363,6 +363,30 @@ def trouble(status: dict) -> str | None:
     return None
 
 
+def late_to_join(statuses: dict, bound_s: float, since_launch_s: float) -> list[dict]:
+    """The ranks not through torch.distributed's rendezvous in time, from the liveness check's last result.
+
+    Args:
+      statuses: {host: check_nodes' status}: each rank's record (train.node.rank_status.read_node: ``joined``,
+        ``waiting_s`` by the node's own clock, ``alive``, ``end``).
+      bound_s: seconds a rank may wait in the rendezvous after its start (its status file: before it imports torch).
+      since_launch_s: seconds since the launch (a rank with no status file yet is late after ``bound_s`` of it).
+
+    Returns:
+      ``[{"host", "rank", "waiting_s"}]`` (``waiting_s`` None: the rank has not started), or [] while every rank
+      joined, may still join in time, or has ended (ended ranks are the liveness check's and the log's to name).
+    """
+    late = []
+    for host, status in statuses.items():
+        for r in status.get("ranks") or []:
+            if r.get("end") == "never started":
+                if since_launch_s > bound_s:
+                    late.append({"host": host, "rank": r.get("rank"), "waiting_s": None})
+            elif r.get("alive") and r.get("joined") is None and float(r.get("waiting_s") or 0) > bound_s:
+                late.append({"host": host, "rank": r.get("rank"), "waiting_s": float(r["waiting_s"])})
+    return late
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; every form names a run directory in two words (``RUNS_DIR RUN``), so that its own command
     line does not hold ``<runs>/<run>/``, the mark of the run's processes (:func:`run_of`). Prints one JSON line.

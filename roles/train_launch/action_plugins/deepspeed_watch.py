@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
 from train.controller.progress import (SQUEUE_ARGS, format_duration, format_event, format_record, is_event,  # noqa: E402
                                        last_checkpoint, parse_records, slurm_job_line)
-from train.node.rank_status import trouble  # noqa: E402
+from train.node.rank_status import late_to_join, trouble  # noqa: E402
 
 display = Display()
 
@@ -83,30 +83,6 @@ _ARGSPEC = {
 # torch.distributed's own lines about its rendezvous (c10d's TCPStore client/server, socket.cpp): quoted when the
 # ranks do not all join in time
 _RENDEZVOUS_LINE = re.compile(r"\[c10d\]|TCPStore|socket\.cpp|rendezvous|DistStoreError|store_based_barrier", re.I)
-
-
-def late_to_join(statuses: dict, bound_s: float, since_launch_s: float) -> list[dict]:
-    """The ranks not through torch.distributed's rendezvous in time, from the liveness check's last result.
-
-    Args:
-      statuses: {host: check_nodes' status}: each rank's record (train.node.rank_status.read_node: ``joined``,
-        ``waiting_s`` by the node's own clock, ``alive``, ``end``).
-      bound_s: seconds a rank may wait in the rendezvous after its start (its status file: before it imports torch).
-      since_launch_s: seconds since the launch (a rank with no status file yet is late after ``bound_s`` of it).
-
-    Returns:
-      ``[{"host", "rank", "waiting_s"}]`` (``waiting_s`` None: the rank has not started), or [] while every rank
-      joined, may still join in time, or has ended (ended ranks are the liveness check's and the log's to name).
-    """
-    late = []
-    for host, status in statuses.items():
-        for r in status.get("ranks") or []:
-            if r.get("end") == "never started":
-                if since_launch_s > bound_s:
-                    late.append({"host": host, "rank": r.get("rank"), "waiting_s": None})
-            elif r.get("alive") and r.get("joined") is None and float(r.get("waiting_s") or 0) > bound_s:
-                late.append({"host": host, "rank": r.get("rank"), "waiting_s": float(r["waiting_s"])})
-    return late
 
 
 def rendezvous_failure(late: list[dict], bound_s: float, master: str, recent: list[str]) -> str:
