@@ -222,3 +222,35 @@ def test_ranks_that_die_at_start_on_one_node_stop_the_run_within_a_minute(tmp_pa
     assert "FileNotFoundError" in text and "/srv/dataset-only-on-the-others/part-0.txt" in text, text[-3000:]
     for n in nodes:
         assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))
+
+
+def test_a_slurm_job_whose_rank_fails_names_the_node_the_rank_and_slurms_record(tmp_path):
+    """-e launcher=slurm with a user script whose rank on worker-2 ends with an error at start: srun ends the job
+    (--kill-on-bad-exit), and train.yml's error names worker-2 and its rank with the rank's error, and Slurm's own
+    record of the job (FAILED, its reason and exit code, read with scontrol before train.yml's stop could make it
+    CANCELLED); nothing of the run is left on any node; the job-completion log says FAILED."""
+    nodes, _ = cluster.inventory()
+    script = tmp_path / "fails_on_worker2.py"
+    run = f"slurm-fails-{int(time.time())}"
+    script.write_text(
+        "import socket\n"
+        "if socket.gethostname() == 'worker-2':\n"
+        "    raise ValueError('this rank cannot start on worker-2')\n"
+        "import deepspeed\n"
+        "deepspeed.init_distributed()\n"
+        "import time\n"
+        "time.sleep(600)\n")
+    res = cluster.playbook("train.yml", "-e", "launcher=slurm", "-e", f"script={script}", "-e", f"run_name={run}",
+                           "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+    text = " ".join(res.stdout.split())
+    assert res.returncode != 0, text[-3000:]
+    assert f"run {run} failed: " in text and "Failed node: worker-2, rank" in text, text[-3000:]
+    assert "ValueError: this rank cannot start on worker-2" in text, text[-3000:]
+    job = re.search(rf"Slurm's record of job (\d+) \({re.escape(run)}\): FAILED \(NonZeroExitCode; exit code "
+                    r"[1-9]\d*:0\) on head-1,worker-\[1-2\]: a task of the job ended with an error", text)
+    assert job, text[-3000:]
+    for n in nodes:
+        assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))
+    record = [line for line in cluster.podman_exec(nodes[0], "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
+              if f" Name={run} " in line]
+    assert len(record) == 1 and f"JobId={job.group(1)} " in record[0] and "JobState=FAILED" in record[0], record
