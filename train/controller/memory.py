@@ -350,3 +350,60 @@ def describe(job: dict, world_size: int, gpu_memory_bytes: int | None, host_memo
         return None
     return plan(job, world_size, gpu_memory_bytes, int(job["per_device_train_batch_size"]), None, host_memory_bytes,
                 ranks_per_node)
+
+
+
+#: a checkpoint's files beyond the model and optimizer states: tokenizer, RNG states, trainer state, DeepSpeed's
+#: conversion scripts (a 128,256-entry byte-level BPE tokenizer.json is ~9 MB)
+CHECKPOINT_EXTRA_BYTES = 32 << 20
+
+
+def checkpoint_bytes(job: dict, ranks: dict, head: str) -> dict | None:
+    """Bytes one checkpoint of a preset run takes on each node's disk (its run directory), the head's after it
+    gathered every node's rank files (train.node.checkpoints), or None for a model whose shape is unknown.
+
+    What a HF Trainer + DeepSpeed checkpoint holds (``save_on_each_node``: DeepSpeed's node-local storage, so the
+    first rank of every node writes the model files), N parameters of p bytes (4 for fp32 weights, which bf16
+    autocast keeps; 2 under DeepSpeed's fp16/bf16 blocks), T of them tied (the output layer that shares the input
+    embeddings: vocabulary x h), W ranks, r ranks on the node:
+
+    * ``model.safetensors``: p (N + T) on every node: the tied output layer is written again (seen on CPU runs;
+      ZeRO-3 gathers the weights for it).
+    * DeepSpeed's ``mp_rank_00_model_states.pt``: the module, p N on every node (tied weights once), except under
+      ZeRO-3 (partitioned: each rank's few bytes). Under ZeRO-0 it also holds the optimizer: Adam's two moments,
+      8 N, plus fp32 master weights, 4 N, where the module is 16-bit.
+    * ZeRO-1/2/3: every rank's ``zero_pp_rank_R_..._optim_states.pt``, its partition of the fp32 weights and Adam's
+      moments: 12 N r / W on the node, 12 N on the head once gathered (the ZeRO paper's K = 12).
+    * CHECKPOINT_EXTRA_BYTES besides.
+
+    Args:
+      job: a resolved preset job (model_type, model_config, vocab_size, zero_stage, precision, autocast).
+      ranks: {node: ranks on it}; ``head``: the head's name (it gathers every rank's files).
+
+    Returns:
+      {node: bytes of one checkpoint there}.
+    """
+    shape = model_shape(job)
+    if shape is None:
+        return None
+    n, world, stage = shape.params, sum(int(r) for r in ranks.values()), int(job.get("zero_stage") or 0)
+    tied = shape.vocab * shape.hidden if (job.get("model_config") or {}).get("tie_word_embeddings", True) else 0
+    p = 4 if job.get("precision") == "fp32" or job.get("autocast") else 2
+    model = p * (n + tied) + (p * n if stage < 3 else 0)
+    out = {}
+    for node, r in ranks.items():
+        if stage == 0:
+            optim = (8 if p == 4 else 12) * n
+        else:
+            optim = 12 * n * (world if node == head else int(r)) / world
+        out[node] = int(model + optim) + CHECKPOINT_EXTRA_BYTES
+    return out
+
+
+def checkpoints_kept(job: dict) -> int:
+    """How many checkpoints a run has on a node's disk at once, at most: the HF Trainer saves every ``save_steps``
+    and at the last step (ceil(max_steps / save_steps) saves), and deletes the oldest beyond ``save_total_limit``
+    only after the new one is written (limit + 1 while it saves); null keeps every one."""
+    saves = -(-int(job["max_steps"]) // max(1, int(job["save_steps"])))
+    limit = job.get("save_total_limit")
+    return saves if limit is None else min(saves, int(limit) + 1)

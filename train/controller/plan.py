@@ -299,7 +299,9 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
         {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
         script {src, name, imports} or None, script_data, launch {node: argv of the nodes that start ranks},
-        logs {node: log path of those nodes}, memory (the memory plan's line, or None), summary (lines to show).
+        logs {node: log path of those nodes}, memory (the memory plan's line, or None), checkpoints (preset runs:
+        {bytes: {node: bytes of one checkpoint there}, kept: how many at once, peak: {node: bytes}} from
+        train.controller.memory.checkpoint_bytes / checkpoints_kept; None for a script), summary (lines to show).
 
     Raises:
         PlanError / train.common.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
@@ -404,6 +406,10 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     commands, logs = _launch_commands(launcher=launcher, shape=shape, venv_dir=node["venv_dir"], run_dir=run_dir,
                                       port=port, entry=entry, argv=argv, output=output, zero_stage=stage)
     ranks = {n: int(shape["ranks"][n]) for n in nodes}
+    # what the run's checkpoints take at most on each node's disk (the preflight compares it with the free space)
+    one = memory.checkpoint_bytes(job, ranks, head) if script is None else None
+    kept = memory.checkpoints_kept(job) if one else 0
+    checkpoints = {"bytes": one, "kept": kept, "peak": {n: b * kept for n, b in one.items()}} if one else None
     plan = {
         "run_name": run,
         "mode": "preset" if script is None else "script",
@@ -434,6 +440,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         "zero_stage": stage,
         "resume": resumed,
         "memory": estimate.line() if estimate is not None else None,
+        "checkpoints": checkpoints,
     }
     plan["files"]["launch.json"] = _json_text({
         "run_name": run, "mode": plan["mode"], "script": plan["script"], "entry": entry, "argv": argv,
@@ -465,6 +472,14 @@ def summary(plan: dict) -> list[str]:
     ]
     if plan.get("memory"):
         lines.append(plan["memory"])
+    if plan.get("checkpoints"):
+        c = plan["checkpoints"]
+        head, others = c["bytes"][plan["head"]], [c["bytes"][h] for h in hosts[1:]]
+        lines.append(f"checkpoints: about {head / 1e9:.2f} GB each on {plan['head']} (every rank's part gathered)"
+                     + (f", {max(others) / 1e9:.2f} GB on each other node" if others else "")
+                     + f"; up to {c['kept']} on a node's disk at once (save_total_limit "
+                       f"{job.get('save_total_limit') if job.get('save_total_limit') is not None else 'null'}, "
+                       f"save_steps {job['save_steps']})")
     if plan["mode"] == "script":
         lines.append(f"script arguments: {' '.join(plan['argv'])}")
         if plan["ds_config_source"] != "rendered":

@@ -57,6 +57,23 @@ def test_preset_plan_has_job_config_paths_and_one_launch_command_for_pdsh(tmp_pa
     assert not (tmp_path / "outputs").exists()  # the plan writes nothing
 
 
+def test_the_plan_estimates_the_checkpoints_on_every_nodes_disk_and_shows_them(tmp_path):
+    """A preset run's plan carries train.controller.memory's checkpoint estimate per node (the head's holds every
+    rank's gathered part), how many are on a disk at once, and says so; a script's run has none."""
+    from train.controller import memory
+
+    p = build(tmp_path, {"max_steps": 1000, "save_steps": 100, "save_total_limit": 2})
+    c = p["checkpoints"]
+    assert c["bytes"] == memory.checkpoint_bytes(p["job"], p["ranks"], "head-1") and c["kept"] == 3
+    assert c["bytes"]["head-1"] > c["bytes"]["worker-1"] and c["peak"] == {n: 3 * b for n, b in c["bytes"].items()}
+    line = next(x for x in p["summary"] if x.startswith("checkpoints: "))
+    assert line == (f"checkpoints: about {c['bytes']['head-1'] / 1e9:.2f} GB each on head-1 (every rank's part "
+                    f"gathered), {c['bytes']['worker-1'] / 1e9:.2f} GB on each other node; up to 3 on a node's disk "
+                    "at once (save_total_limit 2, save_steps 100)")
+    assert build(tmp_path, {"max_steps": 50, "save_steps": 100, "save_total_limit": None})["checkpoints"]["kept"] == 1
+    assert build(tmp_path, {"max_steps": 1000, "save_steps": 100, "save_total_limit": None})["checkpoints"]["kept"] == 10
+
+
 def test_ansible_launcher_gives_every_node_its_node_rank(tmp_path):
     p = build(tmp_path, launcher="ansible", shape=shape(("head-1", "worker-1", "worker-2")))
     assert list(p["launch"]) == ["head-1", "worker-1", "worker-2"]

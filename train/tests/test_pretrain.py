@@ -218,6 +218,34 @@ def test_llama_with_grouped_query_attention_and_activation_checkpointing(gpt2_ar
     assert gen.shape[1] > 3
 
 
+def _checkpoint_estimate_matches(ckpt, model_type, config, vocab, zero_stage, ranks=2):
+    """The plan's estimate of one checkpoint on the disk of the node that holds it whole (train.controller.memory
+    checkpoint_bytes) against the checkpoint the run wrote: never below it, and its model and optimizer part within
+    -15 % / +10 % of it (the fixed CHECKPOINT_EXTRA_BYTES covers tokenizer, RNG states and the rest)."""
+    from train.controller import memory
+
+    job = {"model_type": model_type, "model_config": config, "vocab_size": vocab, "zero_stage": zero_stage,
+           "precision": "fp32", "autocast": False}
+    on_disk = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    estimate = memory.checkpoint_bytes(job, {"node": ranks}, "node")["node"]
+    states = estimate - memory.CHECKPOINT_EXTRA_BYTES
+    assert on_disk <= estimate and 0.85 * on_disk <= states <= 1.1 * on_disk, (ckpt, on_disk, states)
+
+
+def test_the_plans_checkpoint_estimate_matches_what_the_runs_wrote(bert_2ranks, gpt2_artifact, tmp_path):
+    """ZeRO-2 BERT (2 ranks, the module fixture's run) and a ZeRO-3 GPT-2 (2 ranks): the checkpoints on disk against
+    the plan's estimate, which the preflight compares with each node's free space."""
+    (ckpt,) = sorted(bert_2ranks["out"].glob("checkpoint-*"))
+    _checkpoint_estimate_matches(ckpt, "bert", TINY_BERT, bert_2ranks["metrics"]["vocab_size"], 2)
+    out = tmp_path / "output"
+    args = pretrain_args(gpt2_artifact, out, ds_config(tmp_path / "ds.json", stage=3), task="clm",
+                         model_type="gpt2", max_steps=2, logging_steps=1, warmup=1)
+    launch(2, args, tmp_path)
+    m = json.loads((out / "metrics.json").read_text())
+    (ckpt,) = sorted(out.glob("checkpoint-*"))
+    _checkpoint_estimate_matches(ckpt, "gpt2", TINY_GPT2, m["vocab_size"], 3)
+
+
 # ----------------------------------------------------------------------------------------------- in-process units
 def test_bad_dataset_dir_is_a_usage_error(tmp_path, gpt2_artifact):
     from train.rank.pretrain import DataArguments, UsageError, load_artifact

@@ -10,7 +10,8 @@ IN.json for ``nodes``::
      "probes": {"head-1": <the deepspeed_probe module's result (roles/deepspeed/library)>, ...},
      "reports": {"head-1": <the node_report module's result (roles/cluster_check/library)>, ...},
      "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/node/rank_status.py processes (train.yml)
-     "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null}
+     "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null,
+     "checkpoints": the plan's checkpoints ({bytes, kept, peak}) or null, "checkpoint_space_refuses": true}
 
 IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5,
 "gpu_relative": 0.8} (relative: pairs of nodes against the fastest pair; gpu_relative: pairs of GPUs of a node).
@@ -131,6 +132,32 @@ def disks(reports, hosts, min_free_bytes):
     return problems, warnings
 
 
+def checkpoint_space(reports, hosts, checkpoints, refuse=True):
+    """The run's checkpoints against the free space of each node's run directory (the node_report path
+    ``runs_dir``, its nearest existing directory): ``checkpoints`` is the plan's estimate {bytes: {node: bytes of one
+    checkpoint there}, kept: how many at once, peak: {node: bytes}} (train.controller.memory.checkpoint_bytes), or
+    None for none. A node whose peak exceeds its free bytes is a problem (``refuse``) or a warning.
+    Returns (problems, warnings), lists of one-line messages."""
+    found = []
+    if not checkpoints:
+        return [], []
+    for host in hosts:
+        info = (reports[host].get("paths") or {}).get("runs_dir")
+        need = (checkpoints.get("peak") or {}).get(host)
+        if not info or info.get("free_bytes") is None or not need or need <= info["free_bytes"]:
+            continue
+        one, kept = checkpoints["bytes"][host], checkpoints["kept"]
+        found.append(
+            "host %s: the run's checkpoints need about %.1f GB in %s (%d at once of %.1f GB each%s) and %.1f GB are "
+            "free there (%s); free space there, keep fewer (-e save_total_limit=1: one kept, a second while it is "
+            "written) or save less often (-e save_steps=N; the last step always saves)%s"
+            % (host, need / 1e9, info["path"], kept, one / 1e9,
+               ": the head gathers every rank's part" if host == hosts[0] and len(hosts) > 1 else "",
+               info["free_bytes"] / 1e9, info.get("mount") or info.get("checked") or info["path"],
+               "" if not refuse else "; -e cluster_check_checkpoint_space=false only warns"))
+    return (found, []) if refuse else ([], found)
+
+
 def launcher(reports, head, multi_node, launcher_name):
     """pdsh must be on the head when the launcher starts ranks on other nodes over ssh (pdsh -R ssh)."""
     if multi_node and launcher_name == "pdsh" and not reports[head].get("pdsh"):
@@ -195,6 +222,10 @@ def check_nodes(data):
     problems += disk_problems
     problems += launcher(reports, head, bool(data.get("multi_node")), data.get("launcher") or "pdsh")
     problems += job_needs(reports, hosts, data.get("job"))
+    space_problems, space_warnings = checkpoint_space(reports, hosts, data.get("checkpoints"),
+                                                      data.get("checkpoint_space_refuses", True))
+    problems += space_problems
+    warnings += space_warnings
     if data.get("run_name"):
         problems += busy(reports, hosts, head, data["run_name"], data.get("master_port"))
     text = table(["node"] + [title for title, _, _ in PARITY], rows)

@@ -166,6 +166,44 @@ def test_too_little_free_space_is_refused(real_report):
     assert problems and "has 2.0 GB free, the check wants at least 5.0 GB" in problems[0]
 
 
+def test_checkpoints_that_do_not_fit_a_nodes_run_directory_are_refused_with_the_numbers(real_report, tmp_path):
+    """The plan's checkpoint estimate (train.controller.memory, a real Llama 8B ZeRO-3 plan on 2 nodes) against the
+    free space node_report finds for the run directory: the head, which gathers every rank's part, is named with
+    the numbers and the fixes; -e cluster_check_checkpoint_space=false turns the refusal into a warning."""
+    import sys as _sys
+    _sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+    from train.controller import memory
+
+    job = {"model_type": "llama", "vocab_size": 128256, "zero_stage": 3, "precision": "bf16", "autocast": True,
+           "max_steps": 1000, "save_steps": 100, "save_total_limit": 2,
+           "model_config": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                            "num_key_value_heads": 8, "intermediate_size": 14336, "tie_word_embeddings": False}}
+    one = memory.checkpoint_bytes(job, {"head-1": 1, "worker-1": 1}, "head-1")
+    kept = memory.checkpoints_kept(job)
+    assert kept == 3  # two kept, a third while it is written
+    # 8.0 B parameters: fp32 weights (autocast) 4 N in model.safetensors, 12 N of optimizer states gathered on the
+    # head, half of them on the worker
+    assert 128e9 < one["head-1"] < 130e9 and 80e9 < one["worker-1"] < 82e9, one
+    checkpoints = {"bytes": one, "kept": kept, "peak": {n: b * kept for n, b in one.items()}}
+    reports = cluster(node_report.node_report("cpu", {"runs_dir": str(tmp_path / "runs")}), "head-1", "worker-1")
+    reports["head-1"]["paths"]["runs_dir"]["free_bytes"] = 200 * 10 ** 9
+    reports["worker-1"]["paths"]["runs_dir"]["free_bytes"] = 250 * 10 ** 9
+    assert reports["head-1"]["paths"]["runs_dir"]["checked"] == os.path.realpath(tmp_path)  # not made yet
+    problems, warnings = preflight.checkpoint_space(reports, ["head-1", "worker-1"], checkpoints)
+    assert warnings == [] and len(problems) == 1, problems
+    assert problems[0].startswith(
+        "host head-1: the run's checkpoints need about %.1f GB in %s (3 at once of %.1f GB each: the head gathers "
+        "every rank's part) and 200.0 GB are free there" % (3 * one["head-1"] / 1e9, tmp_path / "runs",
+                                                             one["head-1"] / 1e9)), problems
+    assert "-e save_total_limit=1" in problems[0] and "-e save_steps=N" in problems[0]
+    assert "-e cluster_check_checkpoint_space=false only warns" in problems[0]
+    problems, warnings = preflight.checkpoint_space(reports, ["head-1", "worker-1"], checkpoints, refuse=False)
+    assert problems == [] and len(warnings) == 1 and warnings[0].startswith("host head-1: ")
+    reports["head-1"]["paths"]["runs_dir"]["free_bytes"] = 400 * 10 ** 9
+    assert preflight.checkpoint_space(reports, ["head-1", "worker-1"], checkpoints) == ([], [])
+    assert preflight.checkpoint_space(reports, ["head-1", "worker-1"], None) == ([], [])
+
+
 # Case 9 (the GPU part): bf16 on a compute-capability 7.0 GPU.
 def test_bf16_on_a_volta_gpu_is_refused(real_report):
     reports = cluster(real_report, "head-1", "worker-1")
