@@ -475,8 +475,9 @@ def summary(plan: dict) -> list[str]:
     if plan.get("checkpoints"):
         c = plan["checkpoints"]
         head, others = c["bytes"][plan["head"]], [c["bytes"][h] for h in hosts[1:]]
-        lines.append(f"checkpoints: about {head / 1e9:.2f} GB each on {plan['head']} (every rank's part gathered)"
-                     + (f", {max(others) / 1e9:.2f} GB on each other node" if others else "")
+        lines.append(f"checkpoints: about {head / 1e9:.2f} GB each on {plan['head']}"
+                     + (f" (every rank's part gathered), {max(others) / 1e9:.2f} GB on each other node" if others
+                        else "")
                      + f"; up to {c['kept']} on a node's disk at once (save_total_limit "
                        f"{job.get('save_total_limit') if job.get('save_total_limit') is not None else 'null'}, "
                        f"save_steps {job['save_steps']})")

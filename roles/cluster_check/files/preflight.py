@@ -132,6 +132,11 @@ def disks(reports, hosts, min_free_bytes):
     return problems, warnings
 
 
+def _size(nbytes):
+    """"12.3 GB" from 1 GB on, "35 MB" below."""
+    return "%.1f GB" % (nbytes / 1e9) if nbytes >= 1e9 else "%d MB" % round(nbytes / 1e6)
+
+
 def checkpoint_space(reports, hosts, checkpoints, refuse=True):
     """The run's checkpoints against the free space of each node's run directory (the node_report path
     ``runs_dir``, its nearest existing directory): ``checkpoints`` is the plan's estimate {bytes: {node: bytes of one
@@ -148,12 +153,12 @@ def checkpoint_space(reports, hosts, checkpoints, refuse=True):
             continue
         one, kept = checkpoints["bytes"][host], checkpoints["kept"]
         found.append(
-            "host %s: the run's checkpoints need about %.1f GB in %s (%d at once of %.1f GB each%s) and %.1f GB are "
-            "free there (%s); free space there, keep fewer (-e save_total_limit=1: one kept, a second while it is "
-            "written) or save less often (-e save_steps=N; the last step always saves)%s"
-            % (host, need / 1e9, info["path"], kept, one / 1e9,
+            "host %s: the run's checkpoints need about %s in %s (%d at once of %s each%s) and %s are free there "
+            "(%s); free space there, keep fewer (-e save_total_limit=1: one kept, a second while it is written) or "
+            "save less often (-e save_steps=N; the last step always saves)%s"
+            % (host, _size(need), info["path"], kept, _size(one),
                ": the head gathers every rank's part" if host == hosts[0] and len(hosts) > 1 else "",
-               info["free_bytes"] / 1e9, info.get("mount") or info.get("checked") or info["path"],
+               _size(info["free_bytes"]), info.get("mount") or info.get("checked") or info["path"],
                "" if not refuse else "; -e cluster_check_checkpoint_space=false only warns"))
     return (found, []) if refuse else ([], found)
 

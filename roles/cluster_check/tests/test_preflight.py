@@ -195,6 +195,7 @@ def test_checkpoints_that_do_not_fit_a_nodes_run_directory_are_refused_with_the_
         "host head-1: the run's checkpoints need about %.1f GB in %s (3 at once of %.1f GB each: the head gathers "
         "every rank's part) and 200.0 GB are free there" % (3 * one["head-1"] / 1e9, tmp_path / "runs",
                                                              one["head-1"] / 1e9)), problems
+    assert preflight._size(20 * 2 ** 20) == "21 MB" and preflight._size(1.25e9) == "1.2 GB"
     assert "-e save_total_limit=1" in problems[0] and "-e save_steps=N" in problems[0]
     assert "-e cluster_check_checkpoint_space=false only warns" in problems[0]
     problems, warnings = preflight.checkpoint_space(reports, ["head-1", "worker-1"], checkpoints, refuse=False)
