@@ -53,7 +53,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.integrations import is_deepspeed_zero3_enabled  # noqa: E402
 
-from train.rank import hooks, metrics, mlm_head, patches, perf  # noqa: E402  (importing them changes nothing)
+from train.rank import hooks, kernels, metrics, mlm_head, patches, perf  # noqa: E402  (importing them changes nothing)
 
 #: start-up phases of this rank (Unix times, s), written to perf.json's "startup" by PerfCallback
 STARTUP = {"process_start": bootstrap.process_start_unix_s(), "imports_done": time.time()}
@@ -95,6 +95,20 @@ class ModelArguments:
     mlm_head: str = field(
         default="full", metadata={"help": "masked: the LM head only at masked positions (train/rank/mlm_head.py)",
                                   "choices": ["full", "masked"]}
+    )
+    unpadded_attention: bool = field(
+        default=False, metadata={"help": "sdpa attention with no mask: every batch is full blocks (checked on the "
+                                         "CPU), SDPA runs its causal flag or no mask (train/rank/kernels.py)"}
+    )
+    sdpa_backend: str = field(
+        default="default", metadata={"help": "the SDPA kernel tried first (train/rank/kernels.py)",
+                                     "choices": ["default", *kernels.SDPA_ORDERS]}
+    )
+    fused_cross_entropy: bool = field(
+        default=False, metadata={"help": "causal LM: the LM head and its cross-entropy fused (Liger Kernel)"}
+    )
+    float8: bool = field(
+        default=False, metadata={"help": "torchao float8 training of the linear layers (the LM head excluded)"}
     )
 
 
@@ -265,6 +279,18 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
             mlm_head.use_masked_positions_head(model)
         except TypeError as e:
             raise UsageError(f"{e}") from None
+    try:
+        if model_args.unpadded_attention:
+            kernels.use_unpadded_attention(model)
+        if model_args.fused_cross_entropy:
+            if model_args.task != "clm":
+                raise UsageError("--fused_cross_entropy applies to --task clm only (the masked LM head has its own "
+                                 "loss); leave it false")
+            kernels.use_fused_cross_entropy(model)
+        if model_args.float8:
+            kernels.use_float8(model)
+    except (ValueError, TypeError, ImportError) as e:
+        raise UsageError(f"{e}") from None
     return model, config
 
 
@@ -313,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if model_args.mlm_head == "masked":
         collator = mlm_head.MaskedPositionsCollator(collator, data_args.mlm_probability)
+    if model_args.unpadded_attention:
+        collator = kernels.UnpaddedCollator(collator)
     if model_args.regional_compilation and training_args.torch_compile:
         # accelerate's TorchDynamoPlugin, which the Trainer builds, reads its regional-compilation switch from here
         # (accelerate/utils/dataclasses.py; what `accelerate config` writes); under DeepSpeed it compiles the
@@ -339,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
                                       samples_seen=lambda: trainer.samples_seen, world_size=world,
                                       startup=STARTUP, engine=lambda: trainer.model_wrapped))
     # -e resume=<run>: train.yml staged the run's newest complete checkpoint and passes it here
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (train.rank.callbacks.MetricsCallback)
+    with kernels.sdpa_backends(model_args.sdpa_backend):  # around the compile too: its graphs keep the kernel
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (train.rank.callbacks.MetricsCallback)
     out = Path(training_args.output_dir)
+    kernels.restore_sdpa_name(model)  # the saved config names sdpa, which any loader knows
     trainer.save_model(str(out / "model"))  # every rank (ZeRO-3 gathers); rank 0 writes model + tokenizer
     if training_args.process_index == 0:
         for f in (out / "model").iterdir():

@@ -1,0 +1,215 @@
+"""Which kernels a rank's model runs: attention without a mask for unpadded batches, the SDPA backend, the LM head's
+matmul fused with its cross-entropy (Liger Kernel), and float8 matmuls (torchao). Each is a job key that the
+controller resolves (train/controller/resolve.py) and pretrain passes as a flag; none changes what the model
+computes beyond rounding. Importing this module changes nothing (torch is imported by the rank already; Liger and
+torchao are imported only when asked for).
+
+* :func:`use_unpadded_attention` with :class:`UnpaddedCollator` (job key ``unpadded_attention``): pretrain's blocks
+  are all full (prepare_data cuts the corpus into blocks of max_seq_length), so their attention mask is all ones.
+  transformers still builds a 4-D mask from it under torch.compile (it cannot read the mask's values there:
+  masking_utils' ``_ignore_causal_mask_sdpa``, and with no mask it builds one for packed-sequence detection from the
+  position ids), and SDPA with an explicit mask leaves the flash kernel for the memory-efficient one, which computes
+  the upper triangle of a causal mask too; outside torch.compile it tests ``mask.all()``, a host sync per micro
+  batch. Here the model's attention is transformers' own SDPA function registered under another name
+  (:data:`UNPADDED`) for which no mask function exists, so the model makes no mask at all (masking_utils'
+  "custom attention without equivalent mask creation") and SDPA runs with ``is_causal`` (causal LM) or no mask
+  (masked LM). The collator drops the all-ones mask on the CPU and refuses a batch with padding.
+* :func:`sdpa_backends` (job key ``sdpa_backend``): the order in which torch's SDPA tries its kernels.
+* :func:`use_fused_cross_entropy` (job key ``fused_cross_entropy``): a causal LM's loss computed by Liger Kernel's
+  fused linear cross-entropy from the last hidden states and the LM head's weight, chunk by chunk, without the
+  (tokens x vocabulary) logits in fp32 that transformers' ``ForCausalLMLoss`` materialises.
+* :func:`use_float8` (job key ``float8``): torchao's float8 training (dynamic tensorwise scaling) on the model's
+  ``nn.Linear`` layers, the LM head left in bf16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+#: the attention implementation name under which transformers' SDPA function runs without a mask
+UNPADDED = "sdpa_unpadded"
+
+#: job key sdpa_backend -> torch's SDPA backends in the order tried (torch.nn.attention.SDPBackend names);
+#: "default" leaves torch's own order
+SDPA_ORDERS = {
+    "cudnn": ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
+    "flash": ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
+    "efficient": ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH"),
+}
+
+
+class PaddedBatchError(ValueError):
+    """A batch with padding reached a model whose attention runs without a mask."""
+
+
+def register_unpadded_attention() -> str:
+    """Register transformers' SDPA attention function as :data:`UNPADDED` (idempotent) and return the name.
+
+    transformers' mask creation (masking_utils ``_preprocess_mask_arguments``) returns no mask for an attention
+    implementation that has no entry in ``ALL_MASK_ATTENTION_FUNCTIONS``; the SDPA function then runs with
+    ``is_causal=module.is_causal`` and no ``attn_mask``."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(UNPADDED, sdpa_attention_forward)
+    return UNPADDED
+
+
+def use_unpadded_attention(model):
+    """Make ``model`` (a transformers model whose ``config._attn_implementation`` is ``sdpa``) run its attention
+    through :data:`UNPADDED`: the same SDPA call with no mask. In place; returns the model.
+
+    Only for batches without padding (:class:`UnpaddedCollator` checks each one). The saved config keeps ``sdpa``
+    (see :func:`restore_sdpa_name`).
+
+    Raises:
+        ValueError: the model's attention implementation is not sdpa.
+    """
+    current = getattr(model.config, "_attn_implementation", None)
+    if current == UNPADDED:
+        return model
+    if current != "sdpa":
+        raise ValueError(f"unpadded attention needs the sdpa attention implementation, not {current!r}")
+    model.set_attn_implementation(register_unpadded_attention())
+    return model
+
+
+def restore_sdpa_name(model) -> None:
+    """Put ``sdpa`` back as the attention implementation name of ``model`` (before saving it: a loader without
+    this module knows no :data:`UNPADDED`)."""
+    if getattr(model.config, "_attn_implementation", None) == UNPADDED:
+        model.set_attn_implementation("sdpa")
+
+
+class UnpaddedCollator:
+    """Wraps a collator: drops the ``attention_mask`` of each batch after checking on the CPU that it is all ones.
+
+    Raises:
+        PaddedBatchError: a batch has a padded position (mask 0): the model's attention would attend to it.
+    """
+
+    def __init__(self, base):
+        self.base = base
+
+    def __call__(self, examples):
+        batch = self.base(examples)
+        mask = batch.pop("attention_mask", None)
+        if mask is not None and not bool(mask.all()):
+            raise PaddedBatchError(
+                f"a batch has {int((mask == 0).sum())} padded positions; attention without a mask needs full "
+                "blocks (set unpadded_attention false for padded data)")
+        return batch
+
+
+@contextlib.contextmanager
+def sdpa_backends(name: str):
+    """Run the block with torch's SDPA trying its kernels in the order of ``SDPA_ORDERS[name]`` (the first one that
+    supports the inputs runs); ``default`` changes nothing. Must enclose torch.compile's tracing too (the compiled
+    graph keeps the kernel chosen then).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name == "default":
+        yield
+        return
+    if name not in SDPA_ORDERS:
+        raise ValueError(f"unknown sdpa backend {name!r}; choose default or one of {', '.join(SDPA_ORDERS)}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([getattr(SDPBackend, b) for b in SDPA_ORDERS[name]], set_priority=True):
+        yield
+
+
+# ---------------------------------------------------------------------------------------------- fused cross-entropy
+_FUSED_CLASSES: dict[type, type] = {}
+
+
+def _fused_loss(hidden, weight, bias, labels, num_items_in_batch):
+    """Liger's fused linear cross-entropy of a causal LM: mean (or sum / num_items_in_batch) over the shifted
+    labels that are not -100. hidden (B, S, H), weight (V, H), bias (V,) or None, labels (B, S) -> scalar."""
+    from liger_kernel.transformers.model.loss_utils import LigerForCausalLMLoss
+
+    return LigerForCausalLMLoss(hidden_states=hidden, lm_head_weight=weight, labels=labels,
+                                hidden_size=hidden.shape[-1], num_items_in_batch=num_items_in_batch, bias=bias)
+
+
+class _FusedCrossEntropyForward:
+    """Mixin put in front of a causal LM's class by :func:`use_fused_cross_entropy`."""
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
+        """Training with labels (grad enabled, ``self.training``): the base model's last hidden states (B, S, H) and
+        the LM head's weight go to Liger's fused linear cross-entropy; returns CausalLMOutput(loss, logits=None).
+        Otherwise the stock forward."""
+        if labels is None or not self.training or not torch.is_grad_enabled():
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+        from transformers.modeling_outputs import CausalLMOutput
+
+        num_items = kwargs.pop("num_items_in_batch", None)
+        kwargs.pop("return_dict", None)
+        base = getattr(self, self.base_model_prefix)
+        hidden = base(input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)[0]   # (B, S, H)
+        head = self.get_output_embeddings()
+        loss = _fused_loss_eager(hidden, head.weight, head.bias, labels, num_items)
+        return CausalLMOutput(loss=loss, logits=None)
+
+
+# Liger's kernels run eagerly, as one graph break at the end of a compiled model (dynamo would otherwise trace into
+# their Python chunk loop)
+_fused_loss_eager = torch.compiler.disable(_fused_loss)
+
+
+def use_fused_cross_entropy(model):
+    """Make a causal LM (``model.get_output_embeddings()`` an ``nn.Linear``; its base model under
+    ``base_model_prefix``) compute its training loss with Liger's fused linear cross-entropy (same loss as
+    transformers' ForCausalLMLoss, ``num_items_in_batch`` honoured). In place, as mlm_head does: the class is
+    replaced by a subclass of the same name, parameters and saved files unchanged; returns the model.
+
+    Raises:
+        TypeError: no linear output embedding or no base model.
+        ImportError: liger_kernel is not installed.
+    """
+    import liger_kernel  # noqa: F401  (fail here, at build time, not at the first step)
+
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or not isinstance(getattr(model, model.base_model_prefix, None),
+                                                               torch.nn.Module):
+        raise TypeError(f"{type(model).__name__} has no linear LM head over a base model; "
+                        "set fused_cross_entropy false")
+    base = type(model)
+    if issubclass(base, _FusedCrossEntropyForward):
+        return model
+    cls = _FUSED_CLASSES.get(base)
+    if cls is None:
+        cls = type(base.__name__, (_FusedCrossEntropyForward, base), {"__module__": base.__module__,
+                                                                      "__qualname__": base.__qualname__})
+        _FUSED_CLASSES[base] = cls
+    model.__class__ = cls
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------------- float8
+def float8_filter(module, fqn: str) -> bool:
+    """Which ``nn.Linear`` layers torchao converts: both dimensions multiples of 16 (float8 GEMMs need them), the
+    LM head / decoder (whose logits feed the loss) left out."""
+    if not isinstance(module, torch.nn.Linear):
+        return False
+    last = fqn.rsplit(".", 1)[-1]
+    if last in ("lm_head", "decoder", "embed_out", "output"):
+        return False
+    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def use_float8(model):
+    """torchao's float8 training on ``model`` (tensorwise dynamic scaling, torchao.float8.convert_to_float8_training
+    with :func:`float8_filter`). In place; returns the model. Needs a GPU with float8 tensor cores (sm 8.9+) and
+    torch.compile for speed.
+
+    Raises:
+        ImportError: torchao is not installed.
+    """
+    from torchao.float8 import convert_to_float8_training
+
+    return convert_to_float8_training(model, module_filter_fn=float8_filter)
