@@ -252,7 +252,29 @@ def _rate_text(steady, m: dict, average, last: dict) -> str:
     return "; ".join(parts) or "-"
 
 
-def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False) -> list[str]:
+def _seconds(value) -> float | None:
+    """A number of seconds from a filter argument (a number, its string, or None / "" for unknown)."""
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def end_text(end: dict) -> str | None:
+    """The summary's "end of run" value: ``"the ranks ended 12s after the last step (final checkpoint and model
+    written); results brought back in 3s"``, or None when neither is known. ``end``: {ranks_s, results_s}."""
+    ranks, results = _seconds(end.get("ranks_s")), _seconds(end.get("results_s"))
+    parts = []
+    if ranks is not None:
+        parts.append(f"the ranks ended {format_duration(ranks)} after the last step (final checkpoint and model "
+                     f"written)")
+    if results is not None:
+        parts.append(f"results brought back in {format_duration(results)}")
+    return "; ".join(parts) or None
+
+
+def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
+                  end: dict | None = None) -> list[str]:
     """The end-of-run summary table of a run's results on the controller, as aligned lines.
 
     Args:
@@ -260,6 +282,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
         run_name: the run's name, for the first line.
         failed: the run failed (the table then shows what came back); a run that did not fail but wrote no
             metrics.json (a script without an HF Trainer, or ranks that ended early) is not called finished.
+        end: {ranks_s, results_s}: seconds from the last step's record to the ranks' exit, and to bring the
+            results back (:func:`end_text`); the row is left out when neither is known.
 
     Reads what is there, never assumes it: metrics.json (steps, world size, losses, samples/s, wall time; without
     it the last logged step of progress.jsonl), the ``checkpoint-*`` directories, ``runs/`` (TensorBoard event
@@ -297,6 +321,9 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False)
     rows.append(("loss", f"{_fmt(first_loss, 4)} -> {_fmt(last_loss, 4)} (first -> last logged step)"))
     rows.append(("samples/s", _rate_text(steady, m, sps, last)))
     rows.append(("wall time", format_duration(wall) if isinstance(wall, (int, float)) else "-"))
+    ending = end_text(end or {})
+    if ending:
+        rows.append(("end of run", ending))
     checkpoints = sorted((p.name for p in out.glob("checkpoint-*") if p.is_dir()),
                          key=lambda n: int(n.rsplit("-", 1)[1]) if n.rsplit("-", 1)[1].isdigit() else -1)
     rows.append(("checkpoints", f"{len(checkpoints)} kept: {', '.join(checkpoints)}" if checkpoints else "none kept"))

@@ -114,6 +114,18 @@ def test_the_summary_table_reads_what_came_back(tmp_path):
     assert len({line.index(line.split()[1], 17) for line in lines[7:]}) == 1  # the file column is aligned
 
 
+def test_the_summary_times_the_end_of_the_run_when_it_is_known(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({"steps": 30, "max_steps": 30, "wall_time_s": 75.0}))
+    lines = summary_lines(tmp_path, "r", end={"ranks_s": 125.4, "results_s": "3.2"})
+    assert lines[5] == ("end of run   the ranks ended 2m05s after the last step (final checkpoint and model written); "
+                        "results brought back in 3s"), lines
+    assert lines[4] == "wall time    1m15s"
+    only = summary_lines(tmp_path, "r", end={"ranks_s": "", "results_s": 61})
+    assert "end of run   results brought back in 1m01s" in only
+    assert not any(line.startswith("end of run") for line in summary_lines(tmp_path, "r", end={}))
+    assert not any(line.startswith("end of run") for line in summary_lines(tmp_path, "r"))
+
+
 def test_the_summary_names_the_steady_rate_and_the_whole_run_average(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({
         "steps": 60, "max_steps": 60, "train_samples_per_second": 478.04, "steady_samples_per_second": 1140.21,

@@ -23,6 +23,9 @@ Options:
     torch.distributed's rendezvous (train.node.rank_status's ``joined``) ``within_s`` seconds after it started, or
     has not started that long after the launch, fails the run, naming the ranks and quoting torch's last line about
     it (``master``: "address:port", for the message). Torch itself would wait for its process-group timeout.
+  end_within_s: seconds the ranks may take, after the progress record of the run's last step (step = max_steps),
+    to write the final checkpoint and model and exit; past that the run fails, saying where it was (default 0: no
+    bound). A rank stuck after ``Writing model shards`` or in a barrier would otherwise hold the nodes for ever.
   checkpoint: the step of the checkpoint the run resumed from (-e resume=), or omitted: the progress lines name it as
     the last checkpoint until the run saves a new one.
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
@@ -38,12 +41,12 @@ Options:
     depend on the training code or on progress: a long checkpoint save or a first-step compile is not a failure.
 
 Returns ``rc`` (the launcher's exit status), ``records`` (how many progress records were seen), ``last`` (the last
-record) and ``log_tail``; after a node failed, also ``dead_host`` (the node named by the first failure line or the
+record), ``log_tail`` and, when the last step was seen, ``end_s`` (seconds from its record to the job's end); after a node failed, also ``dead_host`` (the node named by the first failure line or the
 liveness check, or "" for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last
 log lines), and on every failure ``silent_nodes`` (the nodes that did not answer the last liveness check; not
 ``unreachable``, which would make Ansible take the head for unreachable: the
-playbook does not wait for them). Fails when the launcher exits non-zero, ``grace_seconds`` after a node failed, or
-when the liveness check takes a node for dead (the playbook then stops the run everywhere:
+playbook does not wait for them). Fails when the launcher exits non-zero, ``grace_seconds`` after a node failed,
+``end_within_s`` after the last step, or when the liveness check takes a node for dead (the playbook then stops the run everywhere:
 roles/train_launch/tasks/stop.yml).
 """
 
@@ -78,6 +81,7 @@ _ARGSPEC = {
     "slurm_job": {"type": "str", "default": None},
     "checkpoint": {"type": "int", "default": None},
     "rendezvous": {"type": "dict", "default": None},
+    "end_within_s": {"type": "float", "default": 0.0},
 }
 
 # torch.distributed's own lines about its rendezvous (c10d's TCPStore client/server, socket.cpp): quoted when the
@@ -97,6 +101,25 @@ def rendezvous_failure(late: list[dict], bound_s: float, master: str, recent: li
                                                      "in the launcher's log") +
             f". Every node must reach {master} (the plan's master address and port; playbooks/check.yml tests it), "
             f"and every rank must start; if the ranks are only slow to start, raise train_rendezvous_timeout_s")
+
+def is_last_step(record: dict) -> bool:
+    """Whether a progress record is the run's last step (``step`` >= ``max_steps``, both known)."""
+    step, most = record.get("step"), record.get("max_steps")
+    return isinstance(step, int) and isinstance(most, int) and most > 0 and step >= most
+
+
+def end_failure(waited_s: float, bound_s: float, last: dict, checkpoint: int | None, recent: list[str]) -> str:
+    """The error of a run whose ranks did not end within ``bound_s`` of its last step: where it was, the launcher's
+    last line, what is kept, and the knob."""
+    said = next((l.strip() for l in reversed(recent) if l.strip()), "")
+    kept = (f"its checkpoints up to step {checkpoint} are complete and come back" if checkpoint is not None
+            else "it saved no checkpoint")
+    return (f"the ranks did not end within {format_duration(bound_s)} of the run's last step ({last.get('step')} of "
+            f"{last.get('max_steps')}; waited {format_duration(waited_s)}): the final checkpoint save, the model "
+            f"write or the ranks' exit after them is stuck" + (f"; the launcher's last line: {said}" if said else "")
+            + f". {kept}. A model whose final save takes longer needs a larger train_end_timeout_s (0 switches the "
+              f"bound off)")
+
 
 # A node's ranks ended with an error: pdsh's report of that node's ssh, or DeepSpeed's launcher (launch.py's
 # sigkill_handler) on that node, its line prefixed "<host>: " by pdsh.
@@ -226,6 +249,7 @@ class ActionModule(AsyncFollowAction):
         rendezvous_done = False
         next_poll = started
         slurm_said = ""
+        last_step_at: float | None = None  # when the record of the run's last step came (the end of the run starts)
 
         while True:
             now = time.monotonic()
@@ -296,6 +320,8 @@ class ActionModule(AsyncFollowAction):
                 last = record
                 seen += 1
                 last_news = time.monotonic()
+                if last_step_at is None and is_last_step(record):
+                    last_step_at = last_news
 
             if finished:
                 break
@@ -310,17 +336,32 @@ class ActionModule(AsyncFollowAction):
                                   f"({format_duration(now - started)} after the launch) and the other ranks did not "
                                   f"stop by themselves within {int(args['grace_seconds'])} s")
                 return result
+            if last_step_at is not None and 0 < args["end_within_s"] <= now - last_step_at:
+                result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
+                              dead_lines=[], silent_nodes=live.unreachable() if live is not None else [],
+                              log_tail=self._tail(log_file, args["tail_lines"]),
+                              msg=end_failure(now - last_step_at, args["end_within_s"], last, checkpoint, recent))
+                return result
             if now - last_news >= 60:
-                what = "the first logged step" if not seen else "the next logged step"
-                display.display(
-                    f"  still running, waiting for {what} ({format_duration(now - started)} so far; log: {log_file})"
-                )
+                if last_step_at is not None:
+                    display.display(f"  the last step is done; the ranks are writing the final checkpoint and model "
+                                    f"({format_duration(now - last_step_at)} so far; log: {log_file})")
+                else:
+                    what = "the first logged step" if not seen else "the next logged step"
+                    display.display(f"  still running, waiting for {what} ({format_duration(now - started)} so far; "
+                                    f"log: {log_file})")
                 last_news = now
             next_poll = time.monotonic() + poll  # the loop's top sleeps until then, checking liveness meanwhile
 
         self._async_status(jid, "cleanup", task_vars)
         log_tail = self._tail(log_file, args["tail_lines"])
         rc = status.get("rc")
+        if last_step_at is not None:
+            # the end of the run: the final checkpoint, the model write and the ranks' exit, as the follower saw it
+            result["end_s"] = round(time.monotonic() - last_step_at, 1)
+            if rc == 0:
+                display.display(f"  the ranks ended {format_duration(result['end_s'])} after the last step (the "
+                                f"final checkpoint and model written)")
         dead_lines = node_lines(recent, dead[0]) if dead is not None else []
         result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail,
                       dead_host=dead[0] if dead else "", dead_line=dead_line, dead_lines=dead_lines)

@@ -15,10 +15,11 @@ if _REPO not in sys.path:
 from train.controller.progress import summary_lines  # noqa: E402
 
 
-def run_summary(out_dir, run_name="", failed=False):
+def run_summary(out_dir, run_name="", failed=False, end=None):
     """The end-of-run table of ``out_dir`` (a directory on the controller) as a list of aligned lines: see
-    train.controller.progress.summary_lines (steps, loss first -> last, samples/s, checkpoints kept, where everything is)."""
-    return summary_lines(str(out_dir), str(run_name or ""), bool(failed))
+    train.controller.progress.summary_lines (steps, loss first -> last, samples/s, the end of the run, checkpoints
+    kept, where everything is). ``end``: {ranks_s, results_s} (seconds; None or "" when unknown)."""
+    return summary_lines(str(out_dir), str(run_name or ""), bool(failed), end or {})
 
 
 class FilterModule:
