@@ -1,8 +1,7 @@
 #!/bin/bash
 # Speed variants of the rank on one GPU machine, back to back in one device call, to choose the kernel defaults
 # (docs/benchmarks/gpu-<date>.md records what they gave):
-#   molecule/gpu/explore.sh OUTDIR [VARIANT...]          (expects .whl/ as docs/gpu-validation.md builds it,
-#                                                          plus liger_kernel and torchao wheels)
+#   molecule/gpu/explore.sh OUTDIR [VARIANT...]          (expects .whl/ as docs/gpu-validation.md builds it)
 # No train.yml: on a machine not provisioned the rank's packages go from the wheels into /tmp/site beside the
 # image's torch, and each variant is `python -m train.rank.pretrain` as the launcher starts it on one GPU (the argv and DeepSpeed
 # config that train.controller.resolve / dsconfig make for the job, ZeRO-0 with torch_autocast), plus the
@@ -11,7 +10,7 @@
 # rate between the end of step max_steps/4 and the last step) and metrics.json (first and last loss).
 # DSC_EXPLORE_DEADLINE (Unix seconds; default: start + 540): a variant starts only when its expected time fits
 # before it, and is stopped there. On a machine make bench provisioned, the node venv's packages are used and only
-# the missing ones (liger_kernel, torchao) go to /tmp/site. OUT gets explore.log, results.txt and logs.tar.gz.
+# the missing ones (liger_kernel) go to /tmp/site. OUT gets explore.log, results.txt and logs.tar.gz.
 set -u -o pipefail
 OUT=${1:-/tmp/explore}; [ $# -gt 0 ] && shift
 mkdir -p "$OUT" /tmp/explore-logs
@@ -31,12 +30,12 @@ if ! python3 -c "import transformers, deepspeed; assert transformers.__version__
   DS_BUILD_OPS=0 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/site \
     "$W"/deepspeed-0.19.8.tar.gz > "$L/deepspeed-install.log" 2>&1 || tail -20 "$L/deepspeed-install.log"
 fi
-for pkg in liger_kernel torchao; do
+for pkg in liger_kernel; do
   python3 -c "import $pkg" 2>/dev/null ||
     python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site "$W/$pkg"-*.whl
 done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -c "import torch, transformers, deepspeed, liger_kernel, torchao, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'deepspeed', deepspeed.__version__, 'triton', triton.__version__, 'torchao', torchao.__version__)" 2>&1 | tail -2
+python3 -c "import torch, transformers, deepspeed, liger_kernel, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'deepspeed', deepspeed.__version__, 'triton', triton.__version__)" 2>&1 | tail -2
 GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{print $1 / 1024}')
 
 step "data: tokenizers and artifacts"
@@ -91,21 +90,17 @@ PYEOF
 }
 
 # the variants, relative to the job's resolved defaults (the argv above)
-ALL=(gpt2 gpt2-old gpt2-noliger bert bert-old bert-cudnn gpt2-cudnn bert-m256 gpt2-m128 bert-fp8 bert-autotune)
+ALL=(gpt2 gpt2-old gpt2-liger bert bert-old bert-m256 gpt2-m128 bert-autotune)
 [ $# -gt 0 ] && LIST=("$@") || LIST=("${ALL[@]}")
 for v in "${LIST[@]}"; do
   case $v in
     gpt2) variant "$v" gpt2 55 ;;
-    gpt2-old) variant "$v" gpt2 55 --unpadded_attention false --fused_cross_entropy false ;;  # before these keys
-    gpt2-noliger) variant "$v" gpt2 55 --fused_cross_entropy false ;;
-    gpt2-noliger-cudnn) variant "$v" gpt2 55 --fused_cross_entropy false --sdpa_backend cudnn ;;
-    gpt2-cudnn) variant "$v" gpt2 55 --sdpa_backend cudnn ;;
+    gpt2-old) variant "$v" gpt2 55 --unpadded_attention false ;;  # the attention mask as before the key
+    gpt2-liger) variant "$v" gpt2 55 --fused_cross_entropy true ;;
     gpt2-m128) variant "$v" gpt2 55 --per_device_train_batch_size 128 --gradient_accumulation_steps 4 ;;
     bert) variant "$v" bert 28 ;;
     bert-old) variant "$v" bert 28 --unpadded_attention false ;;
-    bert-cudnn) variant "$v" bert 28 --sdpa_backend cudnn ;;
     bert-m256) variant "$v" bert 28 --per_device_train_batch_size 256 --gradient_accumulation_steps 1 ;;
-    bert-fp8) variant "$v" bert 35 --float8 true ;;
     bert-autotune) variant "$v" bert 120 --torch_compile_mode max-autotune-no-cudagraphs ;;
     *) echo "unknown variant $v" ;;
   esac

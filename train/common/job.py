@@ -66,9 +66,7 @@ SCHEMA = {
     "gradient_checkpointing": ("bool", False),
     "mlm_head": ("str", False),
     "unpadded_attention": ("bool", False),
-    "sdpa_backend": ("str", False),
     "fused_cross_entropy": ("bool", False),
-    "float8": ("bool", False),
     "run_name": ("str", True),
     "report_to": ("str", False),
 }
@@ -89,8 +87,6 @@ CHOICES = {
     "optimizer": ("adamw_torch_fused", "adamw_torch", "deepspeed"),
     "attention": ("sdpa", "eager", "flash_attention_2", "flex_attention"),
     "mlm_head": ("masked", "full"),
-    # the SDPA kernel torch tries first (train/rank/kernels.py); default: torch's own order
-    "sdpa_backend": ("default", "cudnn", "flash", "efficient"),
     "report_to": ("tensorboard", "none"),
 }
 
@@ -313,7 +309,7 @@ def validate(job, origin=None):
         fail("mlm_probability", f"mlm_probability applies to masked LM only; {job['model_type']} is causal (clm)",
              "drop mlm_probability (or set it to null)")
     check_precision(job["precision"], job["accelerator"], where("precision"))
-    for key in ("offload_optimizer", "optimizer", "attention", "mlm_head", "sdpa_backend"):
+    for key in ("offload_optimizer", "optimizer", "attention", "mlm_head"):
         if job[key] not in CHOICES[key]:
             fail(key, f"{key} must be one of {', '.join(CHOICES[key])} or auto, got {job[key]!r}",
                  f"set -e {key}=auto or one of: {', '.join(CHOICES[key])}")
@@ -330,16 +326,9 @@ def validate(job, origin=None):
     if job["unpadded_attention"] and job["attention"] != "sdpa":
         fail("unpadded_attention", f"unpadded_attention runs transformers' sdpa attention without a mask; the job's "
              f"attention is {job['attention']}", "set -e unpadded_attention=false (or auto), or -e attention=sdpa")
-    if job["sdpa_backend"] != "default" and (job["attention"] != "sdpa" or job["accelerator"] != "cuda"):
-        fail("sdpa_backend", f"sdpa_backend {job['sdpa_backend']} chooses among the CUDA kernels of sdpa attention; "
-             f"the job has attention {job['attention']} on {job['accelerator']}",
-             "set -e sdpa_backend=default (or auto)")
     if job["fused_cross_entropy"] and (job["task"] != "clm" or job["accelerator"] != "cuda"):
         fail("fused_cross_entropy", "fused_cross_entropy (Liger Kernel's Triton kernels) applies to causal LMs on "
              f"cuda; the job is {job['task']} on {job['accelerator']}", "set -e fused_cross_entropy=false (or auto)")
-    if job["float8"] and (job["accelerator"] != "cuda" or job["precision"] != "bf16"):
-        fail("float8", f"float8 matmuls (torchao) need cuda and bf16; the job is {job['precision']} on "
-             f"{job['accelerator']}", "set -e float8=false (or auto)")
     if job["torch_compile"] and job["accelerator"] != "cuda":
         fail("torch_compile", "torch_compile needs accelerator cuda (on cpu it only adds start-up time)",
              "set -e torch_compile=false (or auto)")

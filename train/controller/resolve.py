@@ -32,7 +32,7 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
 AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload_optimizer",
              "offload_ratio", "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head",
-             "pad_vocab_to_multiple_of", "unpadded_attention", "sdpa_backend", "fused_cross_entropy", "float8")
+             "pad_vocab_to_multiple_of", "unpadded_attention", "fused_cross_entropy")
 
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
@@ -53,12 +53,10 @@ REGIONAL_LAYERS = 24
 AUTO_VOCAB_MULTIPLE = 128
 
 
-# sdpa_backend "auto" on cuda with sdpa attention (train/rank/kernels.py's SDPA_ORDERS; "default": torch's order).
-AUTO_SDPA_BACKEND = "default"
-
-
-# fused_cross_entropy "auto": Liger Kernel's fused linear cross-entropy for causal LMs on cuda.
-AUTO_FUSED_CROSS_ENTROPY = True
+# fused_cross_entropy "auto" for causal LMs on cuda. Liger Kernel's fused linear cross-entropy cut GPT-2 small's
+# peak GPU memory from 36.2 to 24.5 GiB but made it slower on one H100: 418 k tokens/s against 452 k without it,
+# same machine and losses (docs/benchmarks/gpu-2026-12-05.md). Opt-in, for memory.
+AUTO_FUSED_CROSS_ENTROPY = False
 
 
 # ... and on cpu (the old preset default: CUDA-sized batches would only make a CPU run slower to report).
@@ -86,9 +84,7 @@ DEFAULTS = {
     "mlm_head": "auto",
     "pad_vocab_to_multiple_of": "auto",
     "unpadded_attention": "auto",
-    "sdpa_backend": "auto",
     "fused_cross_entropy": "auto",
-    "float8": "auto",
     "run_name": None,
     # TensorBoard event files under <output_dir>/runs/ (the Trainer's default log dir), brought back with the run
     "report_to": "tensorboard",
@@ -301,11 +297,11 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
       pad_vocab_to_multiple_of: AUTO_VOCAB_MULTIPLE on cuda, 1 (the tokenizer's size, no padding) on cpu. The rows
         past the tokenizer are never an input or a target: their logits only learn to stay low.
       unpadded_attention: true on cuda with sdpa attention, false otherwise (train/rank/kernels.py: the blocks are
-        full, so attention runs with SDPA's causal flag or no mask instead of a 4-D mask built from an all-ones one).
-      sdpa_backend: AUTO_SDPA_BACKEND on cuda with sdpa attention, default (torch's own order) otherwise.
+        full, so attention runs with SDPA's causal flag or no mask instead of a 4-D mask built from an all-ones one;
+        GPT-2 small on one H100: 452 k tokens/s against 386 k, the same losses, docs/benchmarks/gpu-2026-12-05.md).
       fused_cross_entropy: AUTO_FUSED_CROSS_ENTROPY for a causal LM on cuda (Liger Kernel's fused linear
-        cross-entropy); false for masked LMs (their head runs at the masked positions only) and on cpu (Triton).
-      float8: false (torchao's float8 matmuls: opt-in).
+        cross-entropy: less memory, slower); false for masked LMs (their head runs at the masked positions only) and
+        on cpu (Triton).
       regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
         layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
         BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
@@ -378,12 +374,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
         job["pad_vocab_to_multiple_of"] = AUTO_VOCAB_MULTIPLE if cuda else 1
     if job["unpadded_attention"] == "auto":
         job["unpadded_attention"] = cuda and job["attention"] == "sdpa"
-    if job["sdpa_backend"] == "auto":
-        job["sdpa_backend"] = AUTO_SDPA_BACKEND if cuda and job["attention"] == "sdpa" else "default"
     if job["fused_cross_entropy"] == "auto":
         job["fused_cross_entropy"] = AUTO_FUSED_CROSS_ENTROPY and cuda and job["task"] == "clm"
-    if job["float8"] == "auto":
-        job["float8"] = False
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS
@@ -425,12 +417,8 @@ def argv(job, dataset_dir, output_dir, deepspeed):
         args += ["--pad_vocab_to_multiple_of", str(job["pad_vocab_to_multiple_of"])]
     if job.get("unpadded_attention"):
         args += ["--unpadded_attention", "true"]
-    if job.get("sdpa_backend", "default") != "default":
-        args += ["--sdpa_backend", job["sdpa_backend"]]
     if job.get("fused_cross_entropy"):
         args += ["--fused_cross_entropy", "true"]
-    if job.get("float8"):
-        args += ["--float8", "true"]
     if job["task"] == "mlm":
         args += ["--mlm_head", job["mlm_head"]]
     if job["optimizer"] != "deepspeed":

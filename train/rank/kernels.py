@@ -1,8 +1,7 @@
-"""Which kernels a rank's model runs: attention without a mask for unpadded batches, the SDPA backend, the LM head's
-matmul fused with its cross-entropy (Liger Kernel), and float8 matmuls (torchao). Each is a job key that the
-controller resolves (train/controller/resolve.py) and pretrain passes as a flag; none changes what the model
-computes beyond rounding. Importing this module changes nothing (torch is imported by the rank already; Liger and
-torchao are imported only when asked for).
+"""Which kernels a rank's model runs: attention without a mask for unpadded batches, and the LM head's matmul fused
+with its cross-entropy (Liger Kernel). Each is a job key that the controller resolves (train/controller/resolve.py)
+and pretrain passes as a flag; neither changes what the model computes beyond rounding. Importing this module
+changes nothing (torch is imported by the rank already; Liger only when asked for).
 
 * :func:`use_unpadded_attention` with :class:`UnpaddedCollator` (job key ``unpadded_attention``): pretrain's blocks
   are all full (prepare_data cuts the corpus into blocks of max_seq_length), so their attention mask is all ones.
@@ -14,31 +13,18 @@ torchao are imported only when asked for).
   (:data:`UNPADDED`) for which no mask function exists, so the model makes no mask at all (masking_utils'
   "custom attention without equivalent mask creation") and SDPA runs with ``is_causal`` (causal LM) or no mask
   (masked LM). The collator drops the all-ones mask on the CPU and refuses a batch with padding.
-* :func:`sdpa_backends` (job key ``sdpa_backend``): the order in which torch's SDPA tries its kernels.
 * :func:`use_fused_cross_entropy` (job key ``fused_cross_entropy``): a causal LM's loss computed by Liger Kernel's
   fused linear cross-entropy from the last hidden states and the LM head's weight, chunk by chunk, without the
-  (tokens x vocabulary) logits in fp32 that transformers' ``ForCausalLMLoss`` materialises.
-* :func:`use_float8` (job key ``float8``): torchao's float8 training (dynamic tensorwise scaling) on the model's
-  ``nn.Linear`` layers, the LM head left in bf16.
+  (tokens x vocabulary) logits in fp32 that transformers' ``ForCausalLMLoss`` materialises: a third less peak GPU
+  memory for GPT-2 small, but slower than the compiled stock loss (docs/benchmarks/gpu-2026-12-05.md), so opt-in.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 
 #: the attention implementation name under which transformers' SDPA function runs without a mask
 UNPADDED = "sdpa_unpadded"
-
-#: job key sdpa_backend -> torch's SDPA backends in the order tried (torch.nn.attention.SDPBackend names);
-#: "default" leaves torch's own order
-SDPA_ORDERS = {
-    "cudnn": ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
-    "flash": ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"),
-    "efficient": ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH"),
-}
-
 
 class PaddedBatchError(ValueError):
     """A batch with padding reached a model whose attention runs without a mask."""
@@ -101,26 +87,6 @@ class UnpaddedCollator:
                 f"a batch has {int((mask == 0).sum())} padded positions; attention without a mask needs full "
                 "blocks (set unpadded_attention false for padded data)")
         return batch
-
-
-@contextlib.contextmanager
-def sdpa_backends(name: str):
-    """Run the block with torch's SDPA trying its kernels in the order of ``SDPA_ORDERS[name]`` (the first one that
-    supports the inputs runs); ``default`` changes nothing. Must enclose torch.compile's tracing too (the compiled
-    graph keeps the kernel chosen then).
-
-    Raises:
-        ValueError: an unknown name.
-    """
-    if name == "default":
-        yield
-        return
-    if name not in SDPA_ORDERS:
-        raise ValueError(f"unknown sdpa backend {name!r}; choose default or one of {', '.join(SDPA_ORDERS)}")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel([getattr(SDPBackend, b) for b in SDPA_ORDERS[name]], set_priority=True):
-        yield
 
 
 # ---------------------------------------------------------------------------------------------- fused cross-entropy
@@ -188,28 +154,3 @@ def use_fused_cross_entropy(model):
         _FUSED_CLASSES[base] = cls
     model.__class__ = cls
     return model
-
-
-# ---------------------------------------------------------------------------------------------------------- float8
-def float8_filter(module, fqn: str) -> bool:
-    """Which ``nn.Linear`` layers torchao converts: both dimensions multiples of 16 (float8 GEMMs need them), the
-    LM head / decoder (whose logits feed the loss) left out."""
-    if not isinstance(module, torch.nn.Linear):
-        return False
-    last = fqn.rsplit(".", 1)[-1]
-    if last in ("lm_head", "decoder", "embed_out", "output"):
-        return False
-    return module.in_features % 16 == 0 and module.out_features % 16 == 0
-
-
-def use_float8(model):
-    """torchao's float8 training on ``model`` (tensorwise dynamic scaling, torchao.float8.convert_to_float8_training
-    with :func:`float8_filter`). In place; returns the model. Needs a GPU with float8 tensor cores (sm 8.9+) and
-    torch.compile for speed.
-
-    Raises:
-        ImportError: torchao is not installed.
-    """
-    from torchao.float8 import convert_to_float8_training
-
-    return convert_to_float8_training(model, module_filter_fn=float8_filter)

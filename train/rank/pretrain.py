@@ -100,15 +100,8 @@ class ModelArguments:
         default=False, metadata={"help": "sdpa attention with no mask: every batch is full blocks (checked on the "
                                          "CPU), SDPA runs its causal flag or no mask (train/rank/kernels.py)"}
     )
-    sdpa_backend: str = field(
-        default="default", metadata={"help": "the SDPA kernel tried first (train/rank/kernels.py)",
-                                     "choices": ["default", *kernels.SDPA_ORDERS]}
-    )
     fused_cross_entropy: bool = field(
         default=False, metadata={"help": "causal LM: the LM head and its cross-entropy fused (Liger Kernel)"}
-    )
-    float8: bool = field(
-        default=False, metadata={"help": "torchao float8 training of the linear layers (the LM head excluded)"}
     )
 
 
@@ -287,8 +280,6 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
                 raise UsageError("--fused_cross_entropy applies to --task clm only (the masked LM head has its own "
                                  "loss); leave it false")
             kernels.use_fused_cross_entropy(model)
-        if model_args.float8:
-            kernels.use_float8(model)
     except (ValueError, TypeError, ImportError) as e:
         raise UsageError(f"{e}") from None
     return model, config
@@ -367,8 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                                       samples_seen=lambda: trainer.samples_seen, world_size=world,
                                       startup=STARTUP, engine=lambda: trainer.model_wrapped))
     # -e resume=<run>: train.yml staged the run's newest complete checkpoint and passes it here
-    with kernels.sdpa_backends(model_args.sdpa_backend):  # around the compile too: its graphs keep the kernel
-        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (train.rank.callbacks.MetricsCallback)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)  # metrics.json and loss_curve.png are written when training ends (train.rank.callbacks.MetricsCallback)
     out = Path(training_args.output_dir)
     kernels.restore_sdpa_name(model)  # the saved config names sdpa, which any loader knows
     trainer.save_model(str(out / "model"))  # every rank (ZeRO-3 gathers); rank 0 writes model + tokenizer
