@@ -7,9 +7,10 @@ changes nothing (torch is imported by the rank already; Liger only when asked fo
   are all full (prepare_data cuts the corpus into blocks of max_seq_length), so their attention mask is all ones.
   transformers still builds a 4-D mask from it under torch.compile (it cannot read the mask's values there:
   masking_utils' ``_ignore_causal_mask_sdpa``, and with no mask it builds one for packed-sequence detection from the
-  position ids), and SDPA with an explicit mask leaves the flash kernel for the memory-efficient one, which computes
-  the upper triangle of a causal mask too; outside torch.compile it tests ``mask.all()``, a host sync per micro
-  batch. Here the model's attention is transformers' own SDPA function registered under another name
+  position ids), and SDPA with an explicit mask computes every block of the score matrix, the upper triangle of a
+  causal mask too (on Hopper torch runs cuDNN's attention either way: its backward took 281 ms a GPT-2 small step
+  with the mask on an H200, 126 ms without it on an H100); outside torch.compile it tests ``mask.all()``, a host sync per micro batch. GPT-2 small trained
+  17 % faster without the mask, the same loss (docs/benchmarks/gpu-2026-12-05.md). Here the model's attention is transformers' own SDPA function registered under another name
   (:data:`UNPADDED`) for which no mask function exists, so the model makes no mask at all (masking_utils'
   "custom attention without equivalent mask creation") and SDPA runs with ``is_causal`` (causal LM) or no mask
   (masked LM). The collator drops the all-ones mask on the CPU and refuses a batch with padding.
@@ -25,6 +26,7 @@ import torch
 
 #: the attention implementation name under which transformers' SDPA function runs without a mask
 UNPADDED = "sdpa_unpadded"
+
 
 class PaddedBatchError(ValueError):
     """A batch with padding reached a model whose attention runs without a mask."""
@@ -47,8 +49,9 @@ def use_unpadded_attention(model):
     """Make ``model`` (a transformers model whose ``config._attn_implementation`` is ``sdpa``) run its attention
     through :data:`UNPADDED`: the same SDPA call with no mask. In place; returns the model.
 
-    Only for batches without padding (:class:`UnpaddedCollator` checks each one). The saved config keeps ``sdpa``
-    (see :func:`restore_sdpa_name`).
+    Only for batches without padding (:class:`UnpaddedCollator` checks each one). transformers writes no attention
+    implementation into a saved config.json, so checkpoints and the saved model load as ``sdpa``;
+    :func:`restore_sdpa_name` puts the stock name back on the model in memory after training.
 
     Raises:
         ValueError: the model's attention implementation is not sdpa.
@@ -63,8 +66,8 @@ def use_unpadded_attention(model):
 
 
 def restore_sdpa_name(model) -> None:
-    """Put ``sdpa`` back as the attention implementation name of ``model`` (before saving it: a loader without
-    this module knows no :data:`UNPADDED`)."""
+    """Put ``sdpa`` back as the attention implementation of ``model`` (after training: what runs next, e.g. a
+    generation with padded prompts, needs the mask again)."""
     if getattr(model.config, "_attn_implementation", None) == UNPADDED:
         model.set_attn_implementation("sdpa")
 
