@@ -162,13 +162,13 @@ def test_slurm_registered_every_node_and_ran_the_job_on_all_of_them():
 
 
 def test_second_run_staged_nothing():
-    """The ansible-mode run came second with the same data: no worker copied anything."""
+    """The ansible-mode run came second with the same data: every worker held it verified, so the staging schedule
+    had no copy and no worker copied anything."""
     log = (STATE / "train-ansible.log").read_text()
-    task = log.split("TASK [train_stage : Copy the prepared data from the head node]", 1)[1].split("TASK [", 1)[0]
-    _, slots = inventory()
-    for worker in inventory()[0][1:]:
-        assert re.search(rf"skipping: \[{re.escape(worker)}", task), task
-    assert "changed:" not in task
+    task = log.split("TASK [train_stage : Show the copies of the prepared data", 1)[1].split("TASK [", 1)[0]
+    assert "every worker holds the data already" in task, task
+    assert "TASK [train_stage : Copy the prepared data from the head or from a worker" not in log
+    assert not re.search(r"worker-\d: copied \d+ files", log)
 
 
 def test_data_preparation_and_staging_showed_progress_and_no_failed():
@@ -180,6 +180,27 @@ def test_data_preparation_and_staging_showed_progress_and_no_failed():
     for worker in inventory()[0][1:]:
         assert re.search(rf"{worker}: copied \d+ files, [\d.]+ MB in \d+s", log), worker
     assert "FAILED" not in log
+
+
+def test_a_worker_received_its_data_from_another_worker_not_from_the_head():
+    """The first run staged the prepared data as a tree (roles/train_stage, filter_plugins/staging_tree.py): round 1
+    head-1 -> worker-1, round 2 worker-1 -> worker-2. The rsync that filled worker-2 ran on worker-1 (its log of the
+    files it sent is on worker-1, none on the head), and worker-2's MANIFEST is the head's."""
+    log = (STATE / "train-pdsh.log").read_text()
+    shown = log.split("TASK [train_stage : Show the copies of the prepared data", 1)[1].split("TASK [", 1)[0]
+    assert "round 1 of 2: head-1 -> worker-1" in shown and "round 2 of 2: worker-1 -> worker-2 (else head-1)" in \
+        shown, shown
+    assert re.search(r"worker-1: copied \d+ files, [\d.]+ MB in \d+s from head-1", log), log[-3000:]
+    assert re.search(r"worker-2: copied \d+ files, [\d.]+ MB in \d+s from worker-1", log), log[-3000:]
+    runs = f"{RUNS}/{run_dir('pdsh').name}"
+    sent = podman_exec("worker-1", "cat", f"{runs}/copy-data-worker-2.log").stdout
+    assert re.search(r"\|\d+\|dataset/", sent), sent  # rsync --log-file lines: itemized|length|name
+    assert podman_exec("head-1", "test", "-e", f"{runs}/copy-data-worker-2.log", check=False).returncode != 0
+    assert podman_exec("head-1", "test", "-s", f"{runs}/copy-data-worker-1.log", check=False).returncode == 0
+    job = json.loads((run_dir("pdsh") / "job.json").read_text())
+    art = f"/opt/deepspeed-cluster/local/data/{job['data_key']}"
+    sums = {n: podman_exec(n, "sha256sum", f"{art}/MANIFEST").stdout.split()[0] for n in inventory()[0]}
+    assert len(set(sums.values())) == 1, sums
 
 
 def test_site_again_changes_nothing():
@@ -435,3 +456,50 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
     assert podman_exec(node, "test", "-e", "/tmp/dsc-hostkey-test/common/job.py", check=False).returncode == 0
     cmd = re.search(r"CMD=(.*?) END", text).group(1)
     assert "rsync" in cmd and "--rsh" in cmd and " -i " not in cmd and "id_ed25519" not in cmd, cmd
+
+
+def test_a_copy_from_a_worker_that_fails_is_retried_from_the_head(tmp_path):
+    """worker-2 lacks the data (no MANIFEST) and worker-1 holds it, so worker-2 is scheduled to copy from worker-1;
+    worker-1's cluster key is gone, so that rsync fails: the copy is said to have failed and is retried from the
+    head, which fills worker-2, verified. The plan and staging steps of train.yml only (nothing launched)."""
+    job = json.loads((run_dir("pdsh") / "job.json").read_text())
+    art = f"/opt/deepspeed-cluster/local/data/{job['data_key']}"
+    key = "/root/.ssh/id_ed25519_deepspeed_cluster"
+    podman_exec("worker-2", "rm", "-f", f"{art}/MANIFEST")
+    book = tmp_path / "stage.yml"
+    book.write_text(yaml.safe_dump([
+        {"ansible.builtin.import_playbook": str(REPO / "playbooks" / "boilerplate.yml")},
+        {"name": "Plan", "hosts": "head:workers", "gather_facts": False, "any_errors_fatal": True,
+         "roles": ["train_plan"]},
+        {"name": "Stage", "hosts": "head:workers", "gather_facts": False, "any_errors_fatal": True,
+         "strategy": "ansible.builtin.linear", "roles": ["train_stage"]}]))
+    podman_exec("worker-1", "mv", key, f"{key}.off")
+    try:
+        r = playbook(str(book), "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=30", "-e",
+                     f"run_name=stage-retry-{int(time.time())}", "-e", f"train_output_dir={tmp_path}")
+    finally:
+        podman_exec("worker-1", "mv", f"{key}.off", key)
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "round 1 of 1: worker-1 -> worker-2 (else head-1)" in text, r.stdout[-4000:]
+    assert "host worker-2: copy 1 from worker-1: the copy failed: " in text and "trying head-1 next" in text, \
+        r.stdout[-4000:]
+    assert re.search(r"worker-2: copied \d+ files, [\d.]+ MB in \d+s from head-1", text), r.stdout[-4000:]
+    sums = {n: podman_exec(n, "sha256sum", f"{art}/MANIFEST").stdout.split()[0] for n in ("head-1", "worker-2")}
+    assert sums["head-1"] == sums["worker-2"], sums
+    verified = podman_exec("worker-2", "sh", "-c", "cd /opt/deepspeed-cluster/code && /opt/deepspeed-cluster/venv/bin/"
+                           f"python -m train.data.prepare_data --verify {art} --rehash", check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "FAILED" not in r.stdout
+
+
+def test_workers_reach_each_other_over_ssh_but_not_the_head():
+    """site.yml's ssh mesh (roles/ssh_mesh workers.yml): each worker logs in to the other workers with its own key
+    and strict host keys (the data staging's copies between workers), and no worker key opens the head."""
+    for node, other in (("worker-1", "worker-2"), ("worker-2", "worker-1")):
+        r = podman_exec(node, "ssh", "-o", "BatchMode=yes", other, "hostname", check=False)
+        assert r.returncode == 0 and r.stdout.strip() == other, (node, other, r.stderr)
+    r = podman_exec("worker-1", "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o",
+                    "UserKnownHostsFile=/dev/null", "-i", "/root/.ssh/id_ed25519_deepspeed_cluster", "head-1", "true",
+                    check=False)
+    assert r.returncode != 0 and "Permission denied" in r.stderr, r.stderr

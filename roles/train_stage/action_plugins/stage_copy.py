@@ -1,5 +1,5 @@
 """ansible.posix.synchronize, run in the background and followed: which file is being copied, how much so far,
-elapsed -- per node, while the copy runs.
+elapsed -- per node, while the copy runs, and at its end where the copy came from (the delegate_to host).
 
 The copy itself is exactly ansible.posix.synchronize's (this class is its action plugin, same options, same rsync
 command: ``verify_host: true`` keeps host-key checking on), with two additions: rsync logs each file it sends to
@@ -13,7 +13,10 @@ On a node (``delegate_to`` another node: the head copying to a worker) rsync's s
 ``private_key`` is given: the node's own ssh configuration names its keys.
 
 Options, besides synchronize's: log_file (required; a path on the host rsync runs on: the delegate_to host),
-total_bytes (the source's size, for "x of y MB"; optional), poll_seconds (default 5), timeout_s (default 14400).
+total_bytes (the source's size, for "x of y MB"; optional), poll_seconds (default 5), timeout_s (default 14400),
+follow_min_bytes (default 16e6: a copy whose total_bytes is below it runs synchronize in the foreground, without the
+background job and its polls, and prints only its last line; its rsync gives up after a minute without data moving,
+rsync --timeout; a copy of unknown size is always followed).
 Returns synchronize's result (changed, cmd, msg, rc, stdout_lines); fails as it does (an rsync error, a host key
 that does not match is said in one message naming the node, the head and the fix), or when the copy runs past timeout_s. Check mode runs
 synchronize's own check (no background job).
@@ -36,11 +39,25 @@ from train.controller.progress import format_duration  # noqa: E402
 
 display = Display()
 
-_OWN = {"log_file": None, "total_bytes": None, "poll_seconds": 5.0, "timeout_s": 14400.0}
+# seconds without data moving after which a small copy's rsync gives up (rsync --timeout)
+_SMALL_COPY_IO_TIMEOUT_S = 60
+
+_OWN = {"log_file": None, "total_bytes": None, "poll_seconds": 5.0, "timeout_s": 14400.0, "follow_min_bytes": 16e6}
 
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
+
+
+def _count(seen: dict, line: str) -> None:
+    """Count one line of rsync's --log-file (``%i|%l|%n``) into ``seen``: a file received or sent adds to files and
+    bytes and becomes the current one; any other line (a directory, rsync's own lines) counts nothing."""
+    fields = line.split("] ", 1)[-1].split("|", 2)
+    if len(fields) == 3 and fields[0].startswith(("<", ">")) and fields[0][1:2] == "f":
+        size = int(fields[1]) if fields[1].isdigit() else 0
+        seen["files"] += 1
+        seen["bytes"] += size
+        seen["current"] = (fields[2], size)
 
 
 class ActionModule(AsyncFollowAction, SynchronizeAction):
@@ -55,6 +72,10 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
         self._host = (task_vars or {}).get("inventory_hostname", "")
         args["rsync_opts"] = list(args.get("rsync_opts") or []) + [
             "--log-file=" + shlex.quote(str(own["log_file"])), shlex.quote("--log-file-format=%i|%l|%n")]
+        if own["total_bytes"] not in (None, "") and int(own["total_bytes"]) < float(own["follow_min_bytes"]):
+            # run in the foreground (see _execute_module), without the background job's timeout: rsync gives up
+            # when no data moves for a minute (its exit status 30), and the caller can try another source
+            args["rsync_opts"].append(f"--timeout={_SMALL_COPY_IO_TIMEOUT_S}")
         delegate = self._task.delegate_to
         if delegate and delegate not in ("localhost", "127.0.0.1") and "private_key" not in args:
             # rsync runs on a node (the head): its ssh uses that node's keys (the ssh mesh's ~/.ssh/config), not the
@@ -70,6 +91,17 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
                                            **kwargs)
         own, host = self._own, self._host
         self._low_level_execute_command(f": > {shlex.quote(str(own['log_file']))}")  # this copy's lines only
+        total = int(own["total_bytes"]) if own["total_bytes"] not in (None, "") else None
+        seen = {"files": 0, "bytes": 0, "current": None, "shown": None}
+        t0 = time.monotonic()
+        if total is not None and total < float(own["follow_min_bytes"]):
+            # a small copy ends in about a second: run synchronize itself, then read what rsync logged once (the
+            # background job and its polls would cost more than the copy)
+            status = super()._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars,
+                                             **kwargs)
+            for line in self._read_from(str(own["log_file"]), 0).splitlines():
+                _count(seen, line)
+            return self._finish(status, seen, t0, task_vars)
         self._task.async_val = int(own["timeout_s"]) + 60
         try:
             started = super()._execute_module(module_name=module_name, module_args=module_args,
@@ -78,17 +110,9 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
             self._task.async_val = 0
         if started.get("failed") or "ansible_job_id" not in started:
             return started
-        t0 = time.monotonic()
-        total = int(own["total_bytes"]) if own["total_bytes"] not in (None, "") else None
-        seen = {"files": 0, "bytes": 0, "current": None, "shown": None}
 
         def on_line(line: str) -> None:
-            fields = line.split("] ", 1)[-1].split("|", 2)
-            if len(fields) == 3 and fields[0].startswith(("<", ">")) and fields[0][1:2] == "f":
-                size = int(fields[1]) if fields[1].isdigit() else 0
-                seen["files"] += 1
-                seen["bytes"] += size
-                seen["current"] = (fields[2], size)
+            _count(seen, line)
 
         def show() -> None:
             if seen["current"] is None or seen["shown"] == seen["files"]:
@@ -110,6 +134,11 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
         if status.get("failed") and "finished" not in status:
             return {"failed": True, "msg": f"host {host}: copy: {status['msg']}"}
         show()
+        return self._finish(status, seen, t0, task_vars)
+
+    def _finish(self, status: dict, seen: dict, t0: float, task_vars) -> dict:
+        """synchronize's result, with a host key refusal said in words and the copy's last line printed."""
+        host = self._host
         said = str(status.get("msg") or "")
         if status.get("failed") and "Host key verification failed" in said:
             source = next(iter((task_vars or {}).get("ansible_delegated_vars") or {}), "the head")
@@ -122,8 +151,10 @@ class ActionModule(AsyncFollowAction, SynchronizeAction):
                 f"find out what answers at its address. rsync said: "
                 f"{' '.join(ln for ln in said.splitlines() if 'Host key' in ln or 'Offending' in ln)}")
         if not status.get("failed"):
+            source = next(iter((task_vars or {}).get("ansible_delegated_vars") or {}), None)
             display.display(f"  {host}: copied {seen['files']} files, {_mb(seen['bytes'])} in "
-                            f"{format_duration(time.monotonic() - t0)}" if seen["files"] else
+                            f"{format_duration(time.monotonic() - t0)}"
+                            f"{f' from {source}' if source and source != host else ''}" if seen["files"] else
                             f"  {host}: nothing to copy, the files are the same")
         for key in ("ansible_job_id", "finished", "results_file", "started"):
             status.pop(key, None)

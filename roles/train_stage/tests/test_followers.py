@@ -71,6 +71,7 @@ def test_stage_copy_shows_each_file_while_copying_and_copies_like_synchronize(an
         verify_host: true
         log_file: "{log}"
         total_bytes: 6000000
+        follow_min_bytes: 0
         poll_seconds: 1
         rsync_opts: ["--bwlimit=1500"]
       register: res
@@ -88,3 +89,33 @@ def test_stage_copy_shows_each_file_while_copying_and_copies_like_synchronize(an
     lines, rc = play(ansible_playbook, tmp_path, task)  # again: synchronize's own idempotence
     text = "\n".join(line for _, line in lines)
     assert rc == 0 and "changed=False" in text and "nothing to copy" in text, text
+
+
+def test_stage_copy_of_a_small_copy_runs_in_the_foreground_and_says_what_it_copied(ansible_playbook, tmp_path):
+    """A copy whose total_bytes is below follow_min_bytes runs synchronize itself (no background job, no polls): the
+    files arrive, one last line says how many and how much, none says "so far", and its rsync gives up after a
+    minute without data moving (--timeout=60)."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    for i, name in enumerate(["a.arrow", "b.arrow"]):
+        (src / name).write_bytes(os.urandom(100_000 * (i + 1)))
+    task = f"""
+    - name: Copy
+      stage_copy:
+        src: "{src}/"
+        dest: "{dest}/"
+        verify_host: true
+        log_file: "{tmp_path / 'copy.log'}"
+        total_bytes: 300000
+        follow_min_bytes: 1000000
+      register: res
+    - name: Show
+      ansible.builtin.debug:
+        msg: "changed={{{{ res.changed }}}} cmd={{{{ res.cmd }}}} job={{{{ res.ansible_job_id | default('none') }}}}"
+"""
+    lines, rc = play(ansible_playbook, tmp_path, task)
+    text = "\n".join(line for _, line in lines)
+    assert rc == 0, text
+    assert all((dest / n).read_bytes() == (src / n).read_bytes() for n in ("a.arrow", "b.arrow"))
+    assert "localhost: copied 2 files, 0.3 MB in" in text and "so far" not in text, text
+    assert "changed=True" in text and "--timeout=60" in text and "job=none" in text, text
