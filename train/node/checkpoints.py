@@ -44,6 +44,8 @@ _RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 #: rsync filter of the files one rank writes (the only files the head pulls from the other nodes).
 RANK_FILTER = ["--include=/global_step*/", "--include=/global_step*/*zero_pp_rank_*_states.pt",
                "--include=/rng_state_*.pth", "--exclude=*"]
+#: the per-rank logs of a run directory's logs/ (train/rank/bootstrap.py's ``<host>.rank<R>.log``)
+LOG_FILTER = ["--include=*.rank*.log", "--exclude=*"]
 #: rsyncs a gather runs at once (one per node; each is mostly waiting on the network and the node's disk)
 PULL_FANOUT = 32
 GATHER_EVERY_S = 2.0  # supervise's period (s): well under the time between two saves of a real run
@@ -237,8 +239,9 @@ def copy_failure(host: str, returncode: int, stderr: str) -> str:
     return f"{host}: {lines[-1] if lines else f'rc {returncode}'}"
 
 
-def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
-    """Copy the rank files (``RANK_FILTER``) of ``host``'s ``ckpt_dir`` (same path there) into the local one.
+def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600, filters=tuple(RANK_FILTER)) -> str | None:
+    """Copy the rank files (``filters``, rsync's: ``RANK_FILTER``, or ``LOG_FILTER`` for a logs/ directory) of
+    ``host``'s ``ckpt_dir`` (same path there) into the local one.
 
     Uses rsync over ``ssh host`` (the cluster's ssh config: names, ports, keys, known_hosts); the copies belong to
     this process's user (a non-root user's files on the node arrive as the head's). Returns None on
@@ -246,7 +249,7 @@ def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
     directory, a full disk) or a timeout."""
     d = str(ckpt_dir).rstrip("/") + "/"
     # --no-owner/--no-group: the head's copy belongs to the head's user, not to the uid that wrote it on the node
-    cmd = ["rsync", "-a", "--no-owner", "--no-group", "--timeout=30", "-e", " ".join(SSH), *RANK_FILTER,
+    cmd = ["rsync", "-a", "--no-owner", "--no-group", "--timeout=30", "-e", " ".join(SSH), *filters,
            f"{host}:{d}", d]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -257,16 +260,26 @@ def pull_rank_files(host: str, ckpt_dir, timeout_s: float = 600) -> str | None:
     return None
 
 
-def pull_from_all(hosts: list[str], ckpt_dir, fanout: int = PULL_FANOUT) -> list[str | None]:
-    """:func:`pull_rank_files` of ``ckpt_dir`` from every host at once (at most ``fanout`` rsyncs at a time), not one
-    after another: on N nodes a gather then takes about as long as the slowest node's copy, not the sum of N
-    copies. Returns each host's result (None or the failure line), in the order of ``hosts``."""
+def pull_from_all(hosts: list[str], ckpt_dir, fanout: int = PULL_FANOUT,
+                  filters=tuple(RANK_FILTER)) -> list[str | None]:
+    """:func:`pull_rank_files` of ``ckpt_dir`` (with ``filters``) from every host at once (at most ``fanout`` rsyncs
+    at a time), not one after another: on N nodes a gather then takes about as long as the slowest node's copy, not
+    the sum of N copies. Returns each host's result (None or the failure line), in the order of ``hosts``."""
     if len(hosts) <= 1:
-        return [pull_rank_files(h, ckpt_dir) for h in hosts]
+        return [pull_rank_files(h, ckpt_dir, filters=filters) for h in hosts]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(int(fanout), len(hosts)))) as pool:
-        return list(pool.map(lambda h: pull_rank_files(h, ckpt_dir), hosts))
+        return list(pool.map(lambda h: pull_rank_files(h, ckpt_dir, filters=filters), hosts))
+
+
+def pull_logs(logs_dir, hosts: list[str]) -> list[str]:
+    """Copy every other node's per-rank logs (``LOG_FILTER``) of ``logs_dir`` (the same path on every node) into the
+    local one, from all nodes at once (:func:`pull_from_all`), so that the head holds every rank's log and one copy
+    brings them to the controller: not one fetch per log, node after node (O(nodes x ranks) on the head).
+    Returns the failure lines (one per node whose logs stayed there), [] when every copy worked."""
+    Path(logs_dir).mkdir(parents=True, exist_ok=True)
+    return [line for line in pull_from_all(hosts, logs_dir, filters=tuple(LOG_FILTER)) if line]
 
 
 def gather(output_dir, hosts: list[str], world_size: int, zero_stage: int | None = None,
@@ -357,6 +370,9 @@ def _parse(argv):
         if name == "supervise":
             s.add_argument("--every", type=float, default=GATHER_EVERY_S, help="seconds between gathers")
             s.add_argument("command", nargs=argparse.REMAINDER, help="-- the launcher's argv")
+    g = sub.add_parser("pull-logs", help="pull the other nodes' per-rank logs of DIR into this node's DIR")
+    g.add_argument("--dir", required=True, help="the run's logs/ directory (same path on every node)")
+    g.add_argument("--hosts", default="", help="the other nodes, comma-separated (ssh names)")
     c = sub.add_parser("latest", help="print the newest complete checkpoint of OUTPUT as JSON (null if none)")
     c.add_argument("output")
     return p.parse_args(argv)
@@ -364,7 +380,8 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     """CLI: ``supervise --output D --world-size W [--hosts a,b] -- CMD...`` (exit status of CMD), ``gather ...``
-    (JSON report on stdout, the final gather), ``latest D`` (JSON: {"path", "step", "world_size"} or null)."""
+    (JSON report on stdout, the final gather), ``pull-logs --dir D --hosts a,b`` (JSON {"failed": [lines]}),
+    ``latest D`` (JSON: {"path", "step", "world_size"} or null)."""
     args = _parse(argv)
     if args.cmd == "latest":
         d = latest_complete(args.output)
@@ -373,6 +390,9 @@ def main(argv=None) -> int:
                                                  "world_size": rec["world_size"]}))
         return 0
     hosts = [h for h in args.hosts.split(",") if h]
+    if args.cmd == "pull-logs":
+        print(json.dumps({"failed": pull_logs(args.dir, hosts)}))
+        return 0
     if args.cmd == "gather":
         report = gather(args.output, hosts, args.world_size, args.zero_stage, final=True)
         report["kept"] = [d.name for d in checkpoints(args.output) if not verify(d)]

@@ -175,3 +175,39 @@ def test_a_failed_copy_says_why_in_words_from_rsyncs_and_ssh_own_lines(tmp_path)
         "verification failed.)")
     assert checkpoints.copy_failure("w", 23, "rsync: some other trouble\n") == "w: rsync: some other trouble"
     assert checkpoints.copy_failure("w", 12, "") == "w: rc 12"
+
+
+def test_pull_logs_brings_every_nodes_rank_logs_to_the_head_at_once(tmp_path, monkeypatch):
+    """The end of a run on 1 + 6 nodes: the head pulls the other nodes' per-rank logs (only those: a node's other
+    files stay) from all of them at once with real rsync over the ssh stand-in, and names a node whose logs it
+    could not get; the CLI prints the same as JSON."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text(SLOW_SSH)
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ROOT", str(tmp_path))
+    workers = [f"worker-{i}" for i in range(1, 7)]
+    head = tmp_path / "head" / "logs"  # not there yet: pull_logs makes it
+    for i, w in enumerate(workers, start=1):
+        logs = tmp_path / w / "logs"
+        logs.mkdir(parents=True)
+        for r in (2 * i, 2 * i + 1):
+            (logs / f"{w}.rank{r}.log").write_text(f"rank {r} on {w}\n")
+        (logs / "other.txt").write_text("not a rank log")
+    assert checkpoints.pull_logs(head, workers) == []
+    got = sorted(p.name for p in head.iterdir())
+    assert got == sorted(f"{w}.rank{r}.log" for i, w in enumerate(workers, start=1) for r in (2 * i, 2 * i + 1))
+    assert (head / "worker-3.rank7.log").read_text() == "rank 7 on worker-3\n"
+    spans = {}
+    for line in (tmp_path / "calls").read_text().split("\n"):
+        if line:
+            host, what, at = line.split()
+            spans.setdefault(host, {})[what] = float(at)
+    first_end = min(s["end"] for s in spans.values())
+    assert sum(s["start"] < first_end for s in spans.values()) >= 4, spans  # overlapping, not node after node
+    (tmp_path / "calls").unlink()
+    out = subprocess.run([sys.executable, "-m", "train.node.checkpoints", "pull-logs", "--dir", str(head), "--hosts",
+                          "worker-1,worker-9"], cwd=REPO, capture_output=True, text=True, check=True)
+    failed = json.loads(out.stdout)["failed"]
+    assert len(failed) == 1 and failed[0].startswith("worker-9: "), failed
