@@ -285,6 +285,16 @@ def test_a_rank_that_never_gets_through_the_rendezvous_stops_the_run_within_the_
     script = tmp_path / "late.py"
     script.write_text("import os, time\nif os.environ.get('RANK') == '1':\n    time.sleep(600)\n" + PLAIN_DS)
     out = tmp_path / "outputs"
+    import yaml
+
+    # an earlier run named "late" on this node (another train_output_dir: an earlier test session) left its rank
+    # status files: this run must not read rank 0's as its own (it said "waiting 1h09m" once)
+    dsc_root = Path(yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())["dsc_root"])
+    stale = dsc_root / "runs" / "late" / "ranks"
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "rank-0.json").write_text(json.dumps({"rank": 0, "world_size": 2, "host": "vm", "local_rank": 0,
+                                                   "pid": 1, "end": None, "started": time.time() - 4000,
+                                                   "joined": None}))
     extra = {"script": str(script), "run_name": "late", "train_output_dir": str(out), "train_poll_seconds": 2,
              "train_rendezvous_timeout_s": 20,
              "script_args": ["--per_device_train_batch_size", "4", "--max_steps", "3", "--warmup_steps", "1"]}
