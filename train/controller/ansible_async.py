@@ -15,14 +15,43 @@ import binascii
 import shlex
 import time
 
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
+
+#: how often a follower's call to the node is tried again after its ssh connection broke (seconds waited before
+#: each: RETRY_WAIT_S x the attempt) -- a follower of a run of hours should not give up on one dropped connection
+CONNECTION_RETRIES = 3
+RETRY_WAIT_S = 2.0
 
 
 class AsyncFollowAction(ActionBase):
-    """ActionBase plus the two calls a follower needs: the status of an async job, and a file's new bytes."""
+    """ActionBase plus the calls a follower needs: the status of an async job, a file's new bytes, a command; each
+    tried again over a new connection when the ssh connection breaks (CONNECTION_RETRIES)."""
 
     TRANSFERS_FILES = False
     _requires_connection = True
+
+    def _again(self, call, *args, **kwargs):
+        """``call(*args, **kwargs)``, tried again up to CONNECTION_RETRIES times when it raises Ansible's
+        AnsibleConnectionFailure (ssh's "Shared connection to ... closed", exit status 255: the multiplexed
+        connection went away, e.g. while another playbook stopped processes on the node), the connection reset
+        before each new try. The last failure is raised (the node is then unreachable for Ansible)."""
+        for attempt in range(CONNECTION_RETRIES + 1):
+            try:
+                return call(*args, **kwargs)
+            except AnsibleConnectionFailure:
+                if attempt == CONNECTION_RETRIES:
+                    raise
+                time.sleep(RETRY_WAIT_S * (attempt + 1))
+                try:
+                    self._connection.reset()
+                except Exception:  # noqa: BLE001 -- a reset that fails leaves the next try to connect anew
+                    pass
+        raise AssertionError("unreachable")
+
+    def _run(self, cmd: str) -> dict:
+        """``_low_level_execute_command(cmd)`` on the target, tried again over a new connection (:meth:`_again`)."""
+        return self._again(self._low_level_execute_command, cmd)
 
     def _read_from(self, path: str, offset: int) -> str:
         """The text of ``path`` on the target from byte ``offset`` on ('' when the file does not exist).
@@ -32,7 +61,7 @@ class AsyncFollowAction(ActionBase):
         byte too far, and the first line of the next read would be cut (a progress record or a log line lost).
         """
         cmd = f"tail -c +{int(offset) + 1} {shlex.quote(path)} 2>/dev/null | base64 -w0 || true"
-        out = self._low_level_execute_command(cmd).get("stdout", "")
+        out = self._run(cmd).get("stdout", "")
         try:
             return base64.b64decode("".join(out.split()), validate=True).decode("utf-8", errors="replace")
         except (ValueError, binascii.Error):
@@ -41,17 +70,17 @@ class AsyncFollowAction(ActionBase):
     def _tail(self, path: str, lines: int) -> list[str]:
         """The last ``lines`` lines of ``path`` on the target ([] when it does not exist)."""
         cmd = f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null || true"
-        return self._low_level_execute_command(cmd).get("stdout", "").splitlines()
+        return self._run(cmd).get("stdout", "").splitlines()
 
     def _async_status(self, jid: str, mode: str, task_vars) -> dict:
         """Run ansible.builtin.async_status (mode status or cleanup) the way its own action does (with _async_dir).
 
         Returns the module's result: finished (0/1), rc, start, end, delta, failed, ... as async_status gives them.
         """
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
-        return self._execute_module(module_name="ansible.legacy.async_status",
-                                    module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
-                                    task_vars=task_vars)
+        async_dir = self._again(self._remote_expand_user,
+                                self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._again(self._execute_module, module_name="ansible.legacy.async_status",
+                           module_args={"jid": jid, "mode": mode, "_async_dir": async_dir}, task_vars=task_vars)
 
     def _follow_lines(self, jid: str, log_file: str, task_vars, on_line, *, poll: float = 10.0,
                       timeout_s: float | None = None, on_idle=None, idle_s: float = 60.0, on_poll=None) -> dict:

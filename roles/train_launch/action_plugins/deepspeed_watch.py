@@ -223,7 +223,7 @@ class ActionModule(AsyncFollowAction):
     """Poll an async training job; print progress lines as they arrive."""
 
     def _run_on_head(self, cmd: str) -> tuple[int, str, str]:
-        r = self._low_level_execute_command(cmd)
+        r = self._run(cmd)
         return r.get("rc", 1), r.get("stdout", ""), r.get("stderr", "")
 
     def run(self, tmp=None, task_vars=None):
