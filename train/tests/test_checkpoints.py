@@ -124,15 +124,30 @@ exit $rc
 """
 
 
-def test_gather_pulls_from_every_node_at_once(tmp_path, monkeypatch):
-    """Eight workers, one rank each: the head pulls their rank files in overlapping copies, not one node after
-    another (the copies' start and end times), and the checkpoint is complete with every rank's files."""
+def slow_ssh(tmp_path, monkeypatch):
+    """SLOW_SSH as ``ssh`` on PATH, the nodes' directories under ``tmp_path``."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "ssh").write_text(SLOW_SSH)
     (bindir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("ROOT", str(tmp_path))
+
+
+def copy_spans(tmp_path):
+    """{host: {"start": t, "end": t}} of each copy SLOW_SSH recorded (Unix time)."""
+    spans = {}
+    for line in (tmp_path / "calls").read_text().split("\n"):
+        if line:
+            host, what, at = line.split()
+            spans.setdefault(host, {})[what] = float(at)
+    return spans
+
+
+def test_gather_pulls_from_every_node_at_once(tmp_path, monkeypatch):
+    """Eight workers, one rank each: the head pulls their rank files in overlapping copies, not one node after
+    another (the copies' start and end times), and the checkpoint is complete with every rank's files."""
+    slow_ssh(tmp_path, monkeypatch)
     workers = [f"worker-{i}" for i in range(1, 9)]
     head = tmp_path / "head" / "output"
     write_checkpoint(head, 10, [0], 9)
@@ -140,11 +155,7 @@ def test_gather_pulls_from_every_node_at_once(tmp_path, monkeypatch):
         write_checkpoint(tmp_path / w / "output", 10, [i], 9, rank0=False)
     report = checkpoints.gather(head, workers, 9, 2)
     assert report == {"complete": ["checkpoint-10"], "incomplete": {}, "errors": []}, report
-    spans = {}
-    for line in (tmp_path / "calls").read_text().split("\n"):
-        if line:
-            host, what, at = line.split()
-            spans.setdefault(host, {})[what] = float(at)
+    spans = copy_spans(tmp_path)
     assert sorted(spans) == sorted(workers)
     first_end = min(s["end"] for s in spans.values())
     started_before = [h for h, s in spans.items() if s["start"] < first_end]
@@ -181,12 +192,7 @@ def test_pull_logs_brings_every_nodes_rank_logs_to_the_head_at_once(tmp_path, mo
     """The end of a run on 1 + 6 nodes: the head pulls the other nodes' per-rank logs (only those: a node's other
     files stay) from all of them at once with real rsync over the ssh stand-in, and names a node whose logs it
     could not get; the CLI prints the same as JSON."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "ssh").write_text(SLOW_SSH)
-    (bindir / "ssh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    monkeypatch.setenv("ROOT", str(tmp_path))
+    slow_ssh(tmp_path, monkeypatch)
     workers = [f"worker-{i}" for i in range(1, 7)]
     head = tmp_path / "head" / "logs"  # not there yet: pull_logs makes it
     for i, w in enumerate(workers, start=1):
@@ -199,11 +205,7 @@ def test_pull_logs_brings_every_nodes_rank_logs_to_the_head_at_once(tmp_path, mo
     got = sorted(p.name for p in head.iterdir())
     assert got == sorted(f"{w}.rank{r}.log" for i, w in enumerate(workers, start=1) for r in (2 * i, 2 * i + 1))
     assert (head / "worker-3.rank7.log").read_text() == "rank 7 on worker-3\n"
-    spans = {}
-    for line in (tmp_path / "calls").read_text().split("\n"):
-        if line:
-            host, what, at = line.split()
-            spans.setdefault(host, {})[what] = float(at)
+    spans = copy_spans(tmp_path)
     first_end = min(s["end"] for s in spans.values())
     assert sum(s["start"] < first_end for s in spans.values()) >= 4, spans  # overlapping, not node after node
     (tmp_path / "calls").unlink()

@@ -2,7 +2,9 @@
 (connection local, the machine playing the head): the launcher job hangs as the surviving ranks of a run that lost
 a node do, and the follower stops waiting after the configured number of failed checks -- a node that accepts TCP
 but never speaks (a paused node), or a rank whose process was SIGKILLed -- naming the node; a node that answers and
-ranks that live keep it following until the job ends."""
+ranks that live keep it following until the job ends. And the bound on a run's end: after the progress record of
+the last step, a job that does not end in time (a rank stuck after its final save) fails the follower, saying where
+the run was; one that ends in time is timed from that record to its end."""
 
 import json
 import os
@@ -19,11 +21,12 @@ REPO = Path(__file__).resolve().parents[3]
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modules run with the system python
 
 
-def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rendezvous=None):
-    """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes`` (and the rendezvous bound,
-    a dict, when given); (seconds, output, rc)."""
+def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rendezvous=None, poll_s=2,
+           end_within_s=0):
+    """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes`` (none for None), the
+    rendezvous bound (a dict) when given, and the bound on the run's end; (seconds, output, the follower's result)."""
     liveness = {"nodes": nodes, "runs_dir": str(tmp_path / "runs"), "run": "r1", "every_s": every_s,
-                "failures": failures, "timeout_s": 1, "ssh_checked": True}
+                "failures": failures, "timeout_s": 1, "ssh_checked": True} if nodes is not None else None
     book = tmp_path / "play.yml"
     book.write_text(f"""- hosts: localhost
   connection: local
@@ -39,7 +42,8 @@ def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rend
         jid: "{{{{ job.ansible_job_id }}}}"
         progress_file: {tmp_path}/progress.jsonl
         log_file: {tmp_path}/train.log
-        poll_seconds: 2
+        poll_seconds: {poll_s}
+        end_within_s: {end_within_s}
         liveness: {json.dumps(liveness)}
         rendezvous: {json.dumps(rendezvous)}
       register: res
@@ -144,3 +148,32 @@ def test_a_rank_that_does_not_get_through_the_rendezvous_in_time_stops_the_follo
         for p in (waiting, joined):
             p.kill()
             p.wait()
+
+
+def ended_run(tmp_path):
+    """progress.jsonl holding the run's last step (20 of 20) after a save of checkpoint-20, and the launcher's log."""
+    records = [{"step": 10, "max_steps": 20, "loss": 5.0, "elapsed_s": 5.0},
+               {"event": "save", "step": 20, "checkpoint": "checkpoint-20", "elapsed_s": 9.0},
+               {"step": 20, "max_steps": 20, "loss": 4.0, "elapsed_s": 10.0}]
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "train.log").write_text("[rank 0/1] host=h\nWriting model shards: 100%\n")
+
+
+def test_ranks_that_do_not_end_after_the_last_step_fail_the_run_within_the_bound(ansible_playbook, tmp_path):
+    ended_run(tmp_path)
+    took, text, res = follow(ansible_playbook, tmp_path, 90, None, poll_s=1, end_within_s=3)
+    assert res["failed"], text
+    assert res["msg"].startswith("the ranks did not end within 3s of the run's last step (20 of 20; waited "), res
+    assert "the launcher's last line: Writing model shards: 100%" in res["msg"], res["msg"]
+    assert "its checkpoints up to step 20 are complete and come back" in res["msg"], res["msg"]
+    assert "train_end_timeout_s" in res["msg"]
+    assert took < 45, took  # not the job's 90 s
+
+
+def test_ranks_that_end_in_time_are_timed_from_the_last_step(ansible_playbook, tmp_path):
+    ended_run(tmp_path)
+    took, text, res = follow(ansible_playbook, tmp_path, 5, None, poll_s=1, end_within_s=60)
+    assert not res.get("failed") and res["rc"] == 0, text
+    # the last step's record was read at the first poll, at most a few seconds after the job started
+    assert 1 <= res["end_s"] <= 6, res
+    assert "the ranks ended " in text and " after the last step (the final checkpoint and model written)" in text
