@@ -7,8 +7,8 @@ health-check-scaling.md holds what it printed.
 
 --log: train.yml logs written with the profile_tasks callback (molecule/cluster/run.sh's
 $DSC_CLUSTER_STATE/train-pdsh.log): each one's staging time (from the task "Stage the data onto every worker" to the
-first task of the next play), its rounds and the time a round took (the rounds' tasks, from "Copy the prepared data
-in rounds" on, divided by the rounds: on a tiny data set, the fixed cost of a round). Without --log, give --t-round.
+first task of the next play), its rounds and the time a round took (the rounds' tasks, from "Copy round by round -
+the prepared data" on, divided by the rounds: on a tiny data set, the fixed cost of a round). Without --log, give --t-round.
 
 Model, for N workers lacking the data, S bytes, a link bandwidth B per node (each node sends and receives at B at
 once: a switched fabric without oversubscription), a verification hash rate H per node (one core's sha256), Ansible's
@@ -52,8 +52,8 @@ def staging_seconds(text: str) -> tuple[float, int, float | None]:
     from the start of the task "train_stage : Stage the data onto every worker" to the start of the first task of the
     next play (profile_tasks prints the elapsed time under every task's header; the staging ends its play). rounds:
     the schedule's ("round i of R"), 0 where every worker held the data already, 1 for a log from before the tree
-    (one copy a worker, all at once); seconds of the rounds: from the task "Copy the
-    prepared data in rounds" on (None in a log without it). Raises ValueError when the log lacks those tasks or
+    (one copy a worker, all at once); seconds of the rounds: from the task "Copy
+    round by round - the prepared data" on (None in a log without it). Raises ValueError when the log lacks those tasks or
     profile_tasks' times."""
     starts = []
     lines = text.splitlines()
@@ -77,11 +77,11 @@ def staging_seconds(text: str) -> tuple[float, int, float | None]:
     end = next((t for _, t in starts[play + 1:] if t is not None), None) if play is not None else None
     if end is None:
         raise ValueError("the log ends inside the staging (no play after it)")
-    if "every worker holds the data already" in text:
+    if re.search(r"every worker holds (the|the prepared) data already", text):
         return end - starts[begin][1], 0, None
     rounds = _ROUNDS.findall(text)
-    copying = next((t for name, t in starts[begin:play] if name == "train_stage : Copy the prepared data in rounds"),
-                   None)
+    copying = next((t for name, t in starts[begin:play] if name in (
+        "train_stage : Copy round by round - the prepared data", "train_stage : Copy the prepared data in rounds")), None)
     return end - starts[begin][1], int(rounds[0]) if rounds else 1, None if copying is None else end - copying
 
 

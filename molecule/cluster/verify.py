@@ -23,6 +23,9 @@ MODES = ["pdsh", "ansible"]
 RUNS = "/opt/deepspeed-cluster/runs"  # <dsc_root>/runs on every node (inventory: dsc_root)
 
 
+# the task of roles/train_stage tree.yml that shows the staging schedule of the prepared data
+SHOW_DATA_COPIES = "TASK [train_stage : Show the copies round by round (source -> destination) - the prepared data"
+
 def inventory():
     hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]
     groups = {g: list((hosts[g].get("hosts") or {}).keys()) for g in ("head", "workers")}
@@ -165,9 +168,9 @@ def test_second_run_staged_nothing():
     """The ansible-mode run came second with the same data: every worker held it verified, so the staging schedule
     had no copy and no worker copied anything."""
     log = (STATE / "train-ansible.log").read_text()
-    task = log.split("TASK [train_stage : Show the copies of the prepared data", 1)[1].split("TASK [", 1)[0]
-    assert "every worker holds the data already" in task, task
-    assert "TASK [train_stage : Copy the prepared data from the head or from a worker" not in log
+    task = log.split(SHOW_DATA_COPIES, 1)[1].split("TASK [", 1)[0]
+    assert "every worker holds the prepared data already" in task, task
+    assert "TASK [train_stage : Copy from the head or from a worker that holds it verified - the prepared data" not in log
     assert not re.search(r"worker-\d: copied \d+ files", log)
 
 
@@ -187,7 +190,7 @@ def test_a_worker_received_its_data_from_another_worker_not_from_the_head():
     head-1 -> worker-1, round 2 worker-1 -> worker-2. The rsync that filled worker-2 ran on worker-1 (its log of the
     files it sent is on worker-1, none on the head), and worker-2's MANIFEST is the head's."""
     log = (STATE / "train-pdsh.log").read_text()
-    shown = log.split("TASK [train_stage : Show the copies of the prepared data", 1)[1].split("TASK [", 1)[0]
+    shown = log.split(SHOW_DATA_COPIES, 1)[1].split("TASK [", 1)[0]
     assert "round 1 of 2: head-1 -> worker-1" in shown and "round 2 of 2: worker-1 -> worker-2 (else head-1)" in \
         shown, shown
     assert re.search(r"worker-1: copied \d+ files, [\d.]+ MB in \d+s from head-1", log), log[-3000:]
@@ -395,7 +398,7 @@ def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_sta
                  f"run_name={run}", "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=5")
     text = " ".join(r.stdout.split())
     assert r.returncode != 0, r.stdout[-3000:]
-    assert f"host worker-2: the staged data in {art} does not match the head's MANIFEST" in text, r.stdout[-3000:]
+    assert f"host worker-2: the prepared data in {art} does not match the head's MANIFEST" in text, r.stdout[-3000:]
     assert "sha256 mismatch" in text
     assert "Launch deepspeed" not in r.stdout and "Start deepspeed" not in r.stdout
     assert not (tmp_path / run).exists(), "a run that never launched must leave nothing in train_output_dir"
@@ -459,13 +462,13 @@ def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
 
 
 def test_a_copy_from_a_worker_that_fails_is_retried_from_the_head(tmp_path):
-    """worker-2 lacks the data (no MANIFEST) and worker-1 holds it, so worker-2 is scheduled to copy from worker-1;
+    """worker-2 lacks the data (no MANIFEST, a file gone) and worker-1 holds it, so worker-2 is scheduled to copy from worker-1;
     worker-1's cluster key is gone, so that rsync fails: the copy is said to have failed and is retried from the
     head, which fills worker-2, verified. The plan and staging steps of train.yml only (nothing launched)."""
     job = json.loads((run_dir("pdsh") / "job.json").read_text())
     art = f"/opt/deepspeed-cluster/local/data/{job['data_key']}"
     key = "/root/.ssh/id_ed25519_deepspeed_cluster"
-    podman_exec("worker-2", "rm", "-f", f"{art}/MANIFEST")
+    podman_exec("worker-2", "rm", "-f", f"{art}/MANIFEST", f"{art}/prepare.json")  # a file to copy, whatever ran before
     book = tmp_path / "stage.yml"
     book.write_text(yaml.safe_dump([
         {"ansible.builtin.import_playbook": str(REPO / "playbooks" / "boilerplate.yml")},

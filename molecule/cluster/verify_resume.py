@@ -104,6 +104,24 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
     assert re.search(rf"step {step + 5}/{until} \(\d+%\) \| loss [\d.]+ \| [^|]* \| elapsed [^|]* \| ETA [^|]* \| "
                      rf"last checkpoint: step {step}\b", said), said[-3000:]
     assert "User interrupted execution" in said and f"ansible-playbook train.yml -e attach={run}" in said, said[-3000:]
+    # the checkpoint went from the controller to the head only, then on as a tree (roles/train_stage tree.yml):
+    # worker-2's copy came from worker-1 (the rsync's log is on worker-1, none on the head), and every node's copy
+    # verified against the head's MANIFEST (each node's stamp of its passed check names the same MANIFEST)
+    shown = said.split(f"Show the copies round by round (source -> destination) - {newest.name}", 1)[1]
+    shown = shown.split("TASK [", 1)[0]
+    assert "round 1 of 2: head-1 -> worker-1" in shown and "round 2 of 2: worker-1 -> worker-2 (else head-1)" in \
+        shown, shown
+    assert re.search(r"worker-2: copied \d+ files, [\d.]+ MB in \d+s from worker-1", said), said[-3000:]
+    sent = cluster.podman_exec("worker-1", "cat", f"{RUNS}/{run}/copy-checkpoint-worker-2.log").stdout
+    assert re.search(rf"\|\d+\|global_step{step}/", sent), sent  # rsync --log-file lines: itemized|length|name
+    assert cluster.podman_exec("head-1", "test", "-e", f"{RUNS}/{run}/copy-checkpoint-worker-2.log",
+                               check=False).returncode != 0
+    stamps = {n: json.loads(cluster.podman_exec(n, "cat", f"{RUNS}/{run}/output/.{newest.name}.verified.json").stdout)
+              for n in nodes}
+    assert len({v["manifest_sha256"] for v in stamps.values()}) == 1, stamps
+    assert all("MANIFEST" not in v["files"] and checkpoints.MARKER in v["files"]
+               and sum(k.startswith(f"global_step{step}/") for k in v["files"]) >= world for v in stamps.values()), \
+        stamps
     going = {n: cluster.processes_of(n, run) for n in nodes}
     assert all(going.values()), going  # the run goes on without its playbook, on every node
     res = cluster.playbook("train.yml", "-e", f"attach={run}", "-e", f"train_output_dir={tmp_path}",

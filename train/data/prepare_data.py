@@ -2,6 +2,7 @@
 
     python -m train.data.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--rehash] [--world-size N] [--progress-file F]
     python -m train.data.prepare_data --verify ARTIFACT_DIR [--rehash]
+    python -m train.data.prepare_data --manifest DIR [--rehash]   (a checkpoint staged on -e resume=: seal it)
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
 
@@ -561,6 +562,31 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def seal(root: Path, rehash: bool = False) -> int:
+    """Give the directory ``root`` a MANIFEST of its files (artifact.write_manifest), unless the one it has verifies
+    (artifact.verify, quick unless ``rehash``), then verify it so that the verified stamp is written (the next
+    check of an unchanged directory hashes nothing). Prints one line: ``kept: ...`` or ``written: ...`` on stdout,
+    ``FAILED: ...`` on stderr. Returns 0, or 1 when ``root`` is not a directory or a file can't be read."""
+    if not root.is_dir():
+        print(f"FAILED: {root}: not a directory", file=sys.stderr)
+        return 1
+    ok, why = artifact.verify(root, quick=not rehash)
+    if ok:
+        print(f"kept: {root}/{artifact.MANIFEST}: {why}")
+        return 0
+    try:
+        artifact.write_manifest(root)
+        ok, checked = artifact.verify(root)
+    except OSError as e:
+        print(f"FAILED: {root}: {e}", file=sys.stderr)
+        return 1
+    if not ok:  # a file changed while it was hashed: the caller's copy is not settled
+        print(f"FAILED: {root}: {checked} right after writing the MANIFEST (a file changed meanwhile?)", file=sys.stderr)
+        return 1
+    print(f"written: {root}/{artifact.MANIFEST} ({checked}; was: {why})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring); returns the exit status 0, 1 (verify failed) or 2 (bad input,
     one ``error:`` line on stderr)."""
@@ -571,6 +597,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verify", metavar="ARTIFACT",
                    help="only check ARTIFACT against its MANIFEST (exit 0 or 1); files unchanged (name, size, mtime) "
                         "since its last passed check are not hashed again unless --rehash")
+    p.add_argument("--manifest", metavar="DIR",
+                   help="give DIR a MANIFEST of its files (the checkpoint a run resumes from, on the head, before it "
+                        "is staged onto the workers): kept when DIR verifies against the MANIFEST it has, written "
+                        "anew otherwise (exit 0, or 1 when DIR is not a directory or can't be read)")
     p.add_argument("--rehash", action="store_true",
                    help="hash the source and the artifact even where no file changed (name, size, mtime) since they "
                         "were last hashed")
@@ -586,13 +616,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.world_size < 1:
         p.error(f"--world-size must be at least 1, got {args.world_size}")
     if args.verify:
-        if args.job or args.out:
-            p.error("--verify takes no --job/--out")
+        if args.job or args.out or args.manifest:
+            p.error("--verify takes no --job/--out/--manifest")
         ok, why = artifact.verify(Path(args.verify), quick=not args.rehash)
         print(f"{'ok' if ok else 'FAILED'}: {args.verify}: {why}", file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
+    if args.manifest:
+        if args.job or args.out:
+            p.error("--manifest takes no --job/--out")
+        return seal(Path(args.manifest), rehash=args.rehash)
     if not args.job or not args.out:
-        p.error("--job and --out are both required (or --verify ARTIFACT)")
+        p.error("--job and --out are both required (or --verify ARTIFACT, or --manifest DIR)")
     try:
         return cli.run(lambda: prepare(args.job, Path(args.out).resolve(), force=args.force,
                                        world_size=args.world_size, rehash=args.rehash), DataError, JobError)

@@ -1,8 +1,8 @@
-"""Jinja filters of the data staging (roles/train_stage workers.yml): which node copies the prepared data from which,
-round by round.
+"""Jinja filters of the staging tree (roles/train_stage tree.yml): which node copies the prepared data (or the checkpoint
+a run resumes from) from which, round by round.
 
     "{{ _holding | staging_rounds(train_plan.head, train_stage_tree | bool) }}"
-    "{{ __train_stage_rounds | staging_schedule_lines }}"
+    "{{ __train_stage_rounds | staging_schedule_lines(__train_stage_item.what) }}"
 
 A tree: the head holds the data, and so does every worker whose MANIFEST matches the head's and verified. In each
 round every holder sends one copy to a worker that lacks the data, so the holders double each round: ceil(log2(N + 1))
@@ -89,12 +89,12 @@ def staging_round_count(lacking, holding=0):
     return rounds
 
 
-def staging_schedule_lines(rounds):
+def staging_schedule_lines(rounds, what="the data"):
     """Printable lines of a schedule of ``staging_rounds``: one a round, ``round 2 of 2: worker-1 -> worker-2
     (else head-1)``, the copies of a round separated by ``, `` and each copy's further sources in brackets.
-    ["every worker holds the data already"] for an empty schedule."""
+    ["every worker holds <what> already"] for an empty schedule (``what``: what is staged, in words)."""
     if not rounds:
-        return ["every worker holds the data already"]
+        return [f"every worker holds {what} already"]
     lines = []
     for r, copies in enumerate(rounds, 1):
         said = []

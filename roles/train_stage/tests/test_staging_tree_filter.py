@@ -71,6 +71,7 @@ def test_every_worker_holding_the_data_means_no_copy():
     assert staging_rounds({"w1": True, "w2": True}, "h") == []
     assert staging_rounds({}, "h") == []
     assert staging_schedule_lines([]) == ["every worker holds the data already"]
+    assert staging_schedule_lines([], "checkpoint-40") == ["every worker holds checkpoint-40 already"]
 
 
 def test_star_copies_every_lacking_worker_from_the_head_in_one_round():

@@ -1,0 +1,96 @@
+"""A directory sealed with a MANIFEST (train/data/artifact.py, ``prepare_data --manifest``): what the staging tree
+checks every node's copy against -- the prepared data and the checkpoint a run resumes from. Standard library
+only: the fast tier."""
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from train.data import artifact
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_checkpoint(root: Path, ranks: int = 6) -> Path:
+    """A checkpoint-shaped directory: a tag directory of per-rank shards of different sizes, and top-level files."""
+    tag = root / "checkpoint-40" / "global_step40"
+    tag.mkdir(parents=True)
+    for r in range(ranks):
+        (tag / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt").write_bytes(os.urandom(1000 + 7919 * r))
+        (root / "checkpoint-40" / f"rng_state_{r}.pth").write_bytes(os.urandom(64 + r))
+    (root / "checkpoint-40" / "latest").write_text("global_step40")
+    return root / "checkpoint-40"
+
+
+def seal(path, *more):
+    return subprocess.run([sys.executable, "-m", "train.data.prepare_data", "--manifest", str(path), *more],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_hash_files_gives_each_files_sha256_in_the_order_asked(tmp_path):
+    ckpt = make_checkpoint(tmp_path, ranks=12)
+    rels = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file())
+    rels = rels[::-1]  # an order that is not the file system's
+    expected = [hashlib.sha256((ckpt / rel).read_bytes()).hexdigest() for rel in rels]
+    assert artifact.HASH_THREADS >= 1
+    assert artifact.hash_files(ckpt, rels) == expected
+    assert artifact.hash_files(ckpt, rels[:1]) == expected[:1] and artifact.hash_files(ckpt, []) == []
+
+
+def test_seal_writes_a_manifest_of_every_file_then_keeps_it_while_nothing_changes(tmp_path):
+    ckpt = make_checkpoint(tmp_path)
+    first = seal(ckpt)
+    assert first.returncode == 0 and first.stdout.startswith(f"written: {ckpt}/MANIFEST"), first
+    lines = (ckpt / "MANIFEST").read_text().splitlines()
+    listed = {line.split("  ", 1)[1]: line.split("  ", 1)[0] for line in lines}
+    files = {str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file() and p.name != "MANIFEST"}
+    assert set(listed) == files and len(files) == 13
+    assert all(hashlib.sha256((ckpt / rel).read_bytes()).hexdigest() == digest for rel, digest in listed.items())
+    assert artifact.stamp_path(ckpt).is_file()  # verified once written: a later unchanged check hashes nothing
+    written = (ckpt / "MANIFEST").stat().st_mtime_ns
+    again = seal(ckpt)
+    assert again.returncode == 0 and again.stdout.startswith("kept: "), again
+    assert (ckpt / "MANIFEST").stat().st_mtime_ns == written
+
+
+def test_seal_writes_the_manifest_anew_when_a_file_changed_or_went(tmp_path):
+    ckpt = make_checkpoint(tmp_path)
+    assert seal(ckpt).returncode == 0
+    shard = ckpt / "global_step40" / "zero_pp_rank_3_mp_rank_00_optim_states.pt"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    changed = seal(ckpt, "--rehash")
+    assert changed.returncode == 0 and "written" in changed.stdout and \
+        "sha256 mismatch: global_step40/zero_pp_rank_3_mp_rank_00_optim_states.pt" in changed.stdout, changed
+    assert artifact.verify(ckpt) == (True, "13 files verified")
+    (ckpt / "rng_state_5.pth").unlink()
+    gone = seal(ckpt)
+    assert gone.returncode == 0 and "file listed in MANIFEST is missing: rng_state_5.pth" in gone.stdout, gone
+    assert "rng_state_5.pth" not in (ckpt / "MANIFEST").read_text()
+
+
+def test_a_copy_with_one_flipped_byte_among_many_files_does_not_verify(tmp_path):
+    ckpt = make_checkpoint(tmp_path / "head", ranks=16)
+    assert seal(ckpt).returncode == 0
+    copy = tmp_path / "worker" / ckpt.name
+    copy.parent.mkdir()
+    subprocess.run(["cp", "-a", str(ckpt), str(copy)], check=True)
+    assert artifact.verify(copy) == (True, "33 files verified")
+    victim = copy / "global_step40" / "zero_pp_rank_11_mp_rank_00_optim_states.pt"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01
+    victim.write_bytes(bytes(data))
+    assert artifact.verify(copy) == (False, "sha256 mismatch: global_step40/zero_pp_rank_11_mp_rank_00_optim_states.pt")
+    checked = subprocess.run([sys.executable, "-m", "train.data.prepare_data", "--verify", str(copy)], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 1 and "sha256 mismatch" in checked.stderr
+
+
+def test_seal_of_what_is_not_a_directory_fails_with_one_line(tmp_path):
+    res = seal(tmp_path / "nowhere")
+    assert res.returncode == 1 and res.stderr.strip() == f"FAILED: {tmp_path / 'nowhere'}: not a directory", res
+    both = subprocess.run([sys.executable, "-m", "train.data.prepare_data", "--manifest", str(tmp_path), "--verify",
+                           str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and "--verify takes no --job/--out/--manifest" in both.stderr, both
