@@ -22,7 +22,8 @@ def start_playbook(name, out_dir, *args):
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(cluster.REPO / "roles"))
     log = out_dir / f"{name}.playbook.log"
     proc = subprocess.Popen(["ansible-playbook", "-i", str(cluster.INVENTORY), "train.yml", *args], cwd=cluster.REPO,
-                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group: os.killpg(proc.pid, SIGINT) is Ctrl-C
     return proc, log
 
 

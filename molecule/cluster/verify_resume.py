@@ -238,3 +238,42 @@ def test_a_slurm_job_near_its_time_limit_saves_and_stops_and_resume_goes_on(tmp_
     assert f"resuming run {run} from step {step}" in said and "stopping at step" not in said, said[-3000:]
     assert json.loads((out / "metrics.json").read_text())["steps"] == until
     assert checkpoints.verify(out / f"checkpoint-{until}") == []
+
+
+def test_a_slurm_job_whose_heads_sbatch_was_killed_is_re_attached_through_slurm(tmp_path):
+    """-e launcher=slurm: the head's `sbatch --wait` (what train.yml's async launch task runs) is SIGKILLed while the
+    job trains, as a restarted head or an ended login session loses it, and train.yml is interrupted (Ctrl-C): the job
+    goes on in Slurm, and -e attach= follows it through squeue to its end and Slurm's record of it (COMPLETED), then
+    brings the results back -- it does not take the killed sbatch's status for the run's."""
+    nodes, _ = cluster.inventory()
+    run = f"reattach-{int(time.time())}"
+    proc, log = faults.start_run(run, tmp_path, "-e", "launcher=slurm", "-e", "max_steps=60", "-e", "logging_steps=5",
+                                 "-e", "save_steps=30", "-e", "warmup_steps=2")
+    try:
+        faults.wait_for(lambda: "step 5/60" in log.read_text() or proc.poll() is not None, 300,
+                        "the run's first logged step")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        killed = cluster.podman_exec("head-1", "pkill", "-KILL", "-f", f"sbatch --wait --job-name={run} ", check=False)
+        assert killed.returncode == 0, "no sbatch --wait of the run on head-1"
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    listed = cluster.podman_exec("head-1", "squeue", "--noheader", f"--name={run}", "--format=%T").stdout.split()
+    assert listed in (["RUNNING"], ["COMPLETING"], []), listed  # Slurm's job outlived the head's sbatch
+    res = cluster.playbook("train.yml", "-e", f"attach={run}", "-e", f"train_output_dir={tmp_path}",
+                           "-e", "train_poll_seconds=2")
+    said = " ".join(res.stdout.split())
+    assert res.returncode == 0, said[-3000:]
+    assert f"re-attached to run {run} on {', '.join(nodes)} (its Slurm job is followed through squeue" in said, \
+        said[-3000:]
+    assert re.search(r"Slurm's record of job \d+: COMPLETED \(exit code 0:0\)", said), said[-3000:]
+    out = tmp_path / run
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 60
+    assert checkpoints.verify(out / "checkpoint-60") == []
+    record = [line for line in cluster.podman_exec("head-1", "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
+              if f" Name={run} " in line]
+    assert len(record) == 1 and "JobState=COMPLETED" in record[0], record
+    for n in nodes:
+        assert cluster.processes_of(n, run) == [], n

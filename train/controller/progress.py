@@ -132,6 +132,79 @@ def format_event(record: dict) -> str | None:
 #: most urgent first (``--sort=-p,i``: priority, then submission order)
 SQUEUE_ARGS = ["squeue", "--noheader", "--sort=-p,i", "--format=%i|%j|%T|%r|%N"]
 
+#: every job slurmctld still holds, one ``Key=Value`` line each (an ended job stays MinJobAge, 300 s by default)
+SCONTROL_JOBS_ARGS = ["scontrol", "--oneliner", "show", "job"]
+
+#: the end states of a Slurm job (squeue(1)/sacct(1) "JOB STATE CODES"); a RUNNING or COMPLETING job has not ended
+SLURM_ENDED = {"COMPLETED", "FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "PREEMPTED", "BOOT_FAIL",
+               "DEADLINE"}
+
+_PAIR = re.compile(r"(\S+?)=(\S*)")
+
+
+def sacct_args(name: str) -> list[str]:
+    """``sacct`` of the jobs named ``name`` of the last 7 days, in the columns :func:`slurm_record` reads (where the
+    cluster has accounting, slurmdbd; elsewhere sacct fails and says so)."""
+    return ["sacct", "-X", "-n", "-P", "--starttime=now-7days", f"--name={name}",
+            "--format=JobID,JobName,State,ExitCode,Reason,NodeList"]
+
+
+def _scontrol_jobs(text: str) -> list[dict]:
+    return [dict(_PAIR.findall(line)) for line in str(text or "").splitlines() if line.startswith("JobId=")]
+
+
+def _sacct_jobs(text: str) -> list[dict]:
+    jobs = []
+    for line in str(text or "").splitlines():
+        cols = line.split("|")
+        if len(cols) >= 6 and cols[0].strip():
+            # sacct writes "CANCELLED by 0" where scontrol writes CANCELLED
+            jobs.append({"JobId": cols[0], "JobName": cols[1], "JobState": cols[2].split()[0] if cols[2] else "",
+                         "ExitCode": cols[3], "Reason": cols[4], "NodeList": cols[5]})
+    return jobs
+
+
+def _job_number(job: dict) -> int:
+    m = re.match(r"\d+", str(job.get("JobId", "")))  # array and het-job suffixes (12_3, 12+0) cut off
+    return int(m.group(0)) if m else -1
+
+
+def slurm_record(scontrol_out: str, sacct_out: str, name: str) -> dict | None:
+    """Slurm's record of the newest job named ``name``, or None when Slurm no longer knows such a job.
+
+    Args:
+        scontrol_out: the output of :data:`SCONTROL_JOBS_ARGS`.
+        sacct_out: the output of :func:`sacct_args` (read where scontrol no longer lists the job), or "".
+
+    Returns:
+        scontrol's fields of the job (``JobId``, ``JobName``, ``JobState``, ``ExitCode`` as Slurm's ``code:signal``,
+        ``Reason``, ``NodeList``, ...); sacct's columns under the same names where scontrol has no such job.
+    """
+    jobs = [j for j in _scontrol_jobs(scontrol_out) if j.get("JobName") == name]
+    if not jobs:
+        jobs = [j for j in _sacct_jobs(sacct_out) if j.get("JobName") == name]
+    return max(jobs, key=_job_number) if jobs else None
+
+
+def slurm_exit_status(record: dict) -> int:
+    """The exit status a job's end stands for, like ``sbatch --wait``'s: 0 for COMPLETED with exit code 0:0, else
+    the exit code's first number (the batch script's status), or 1 where that is 0 (a job cancelled, timed out or
+    whose node failed ended no script with an error)."""
+    code, _, _signal = str(record.get("ExitCode", "")).partition(":")
+    status = int(code) if code.isdigit() else 1
+    if record.get("JobState") == "COMPLETED" and status == 0:
+        return 0
+    return status or 1
+
+
+def slurm_job_id(squeue_out: str, name: str) -> str | None:
+    """The id of the job named ``name`` in the output of :data:`SQUEUE_ARGS`, or None when squeue does not list it."""
+    for line in squeue_out.splitlines():
+        cols = line.split("|", 4)
+        if len(cols) == 5 and cols[1] == name:
+            return cols[0]
+    return None
+
 
 def slurm_job_line(squeue_out: str, name: str) -> str | None:
     """What the Slurm job named ``name`` is doing, as one progress line, or None when squeue does not list it.

@@ -182,3 +182,29 @@ def test_a_run_stopped_before_its_slurm_time_limit_says_so_and_how_to_go_on(tmp_
     assert lines[1] == "steps        40 of 5000"
     (tmp_path / "progress.jsonl").write_text('{"step": 40, "max_steps": 5000, "loss": 6.5, "elapsed_s": 12.0}\n')
     assert summary_lines(tmp_path, "r7")[0] == "run r7: finished"
+
+
+def test_the_job_id_squeue_lists_and_slurms_record_of_how_the_newest_job_of_a_name_ended():
+    """The follower's view of a Slurm job (-e launcher=slurm): the id squeue lists for the run's name; once it no
+    longer lists it, Slurm's record of the newest job of that name (scontrol's, else sacct's) and the exit status
+    it stands for, as sbatch --wait would give it."""
+    from train.controller.progress import (SLURM_ENDED, sacct_args, slurm_exit_status, slurm_job_id,
+                                           slurm_record)
+
+    queue = "41|other|RUNNING|None|worker-1\n42|run-x|PENDING|Resources|\n"
+    assert slurm_job_id(queue, "run-x") == "42" and slurm_job_id(queue, "run-y") is None
+    assert slurm_job_id("", "run-x") is None
+    scontrol = ("JobId=7 JobName=run-x JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=head-1\n"
+                "JobId=9 JobName=run-x JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 NodeList=head-1,worker-1\n"
+                "JobId=8 JobName=other JobState=RUNNING Reason=None ExitCode=0:0 NodeList=worker-2\n")
+    newest = slurm_record(scontrol, "", "run-x")
+    assert newest["JobId"] == "9" and newest["JobState"] == "FAILED" and slurm_exit_status(newest) == 3
+    assert slurm_record(scontrol, "", "nope") is None
+    # scontrol no longer holds it (MinJobAge): sacct's line, "CANCELLED by 0" read as CANCELLED
+    acct = "12|run-z|CANCELLED by 0|0:15|None|head-1,worker-[1-2]\n"
+    old = slurm_record("", acct, "run-z")
+    assert old["JobState"] == "CANCELLED" and old["JobState"] in SLURM_ENDED and slurm_exit_status(old) == 1
+    assert slurm_exit_status({"JobState": "COMPLETED", "ExitCode": "0:0"}) == 0
+    assert slurm_exit_status({"JobState": "TIMEOUT", "ExitCode": "0:0"}) == 1
+    assert "--name=run-z" in sacct_args("run-z") and "--format=JobID,JobName,State,ExitCode,Reason,NodeList" in \
+        sacct_args("run-z")

@@ -31,6 +31,14 @@ Options:
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
     every poll asks ``squeue`` on the head about it and prints a line when its state, Slurm's reason or its place
     among the pending jobs changes (train.controller.progress.slurm_job_line): a PENDING job is not silence.
+    Slurm, not the head's ``sbatch --wait`` (the async job), says when the job has ended: while squeue lists it,
+    it runs, even when the head's sbatch was killed (a head restarted, a login session ended); once squeue no longer
+    lists it, Slurm's record of it (``scontrol show job``, else ``sacct``) gives its end state and the exit status
+    (train.controller.progress.slurm_record, slurm_exit_status). ``jid`` may then be the id of an async job the
+    head no longer has (or "").
+  attach: true for ``train.yml -e attach=`` (default false): the newest record of a job of that name is this run's
+    even when this follower never saw squeue list it (one run of a name at a time); at a launch, a record is taken
+    only for the job squeue listed (an earlier attempt's ended job of the same name may still be in scontrol's).
   liveness: the liveness check, or omitted/null for none: ``{"nodes": [{"host", "first", "count", "python",
     "code_dir", "local"}], "runs_dir", "run", "every_s", "failures", "timeout_s", "ssh_checked"}``
     (train.node.rank_status.check_nodes' arguments; ``ssh_checked``: the preflight logged in from the head to every node,
@@ -63,8 +71,10 @@ from ansible.utils.display import Display
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
-from train.controller.progress import (SQUEUE_ARGS, format_duration, format_event, format_record, is_event,  # noqa: E402
-                                       last_checkpoint, parse_records, slurm_job_line)
+from train.controller.progress import (SCONTROL_JOBS_ARGS, SLURM_ENDED, SQUEUE_ARGS, format_duration,  # noqa: E402
+                                       format_event, format_record, is_event, last_checkpoint, parse_records,
+                                       sacct_args, slurm_exit_status, slurm_job_id, slurm_job_line,
+                                       slurm_record)
 from train.node.rank_status import late_to_join, trouble  # noqa: E402
 
 display = Display()
@@ -79,6 +89,7 @@ _ARGSPEC = {
     "grace_seconds": {"type": "float", "default": 15.0},
     "liveness": {"type": "dict", "default": None},
     "slurm_job": {"type": "str", "default": None},
+    "attach": {"type": "bool", "default": False},
     "checkpoint": {"type": "int", "default": None},
     "rendezvous": {"type": "dict", "default": None},
     "end_within_s": {"type": "float", "default": 0.0},
@@ -226,6 +237,18 @@ class ActionModule(AsyncFollowAction):
         r = self._run(cmd)
         return r.get("rc", 1), r.get("stdout", ""), r.get("stderr", "")
 
+    def _slurm_end(self, name: str, job_id: str | None) -> dict | None:
+        """Slurm's record of the ended job ``name`` (scontrol's, else sacct's; train.controller.progress.slurm_record),
+        or None while it has none of an ended job; with ``job_id``, only a record of that job counts."""
+        _, out, _ = self._run_on_head(shlex.join(SCONTROL_JOBS_ARGS))
+        record = slurm_record(out, "", name)
+        if record is None or (job_id and record.get("JobId") != job_id):
+            _, acct, _ = self._run_on_head(shlex.join(sacct_args(name)) + " 2>/dev/null")
+            record = slurm_record("", acct, name)
+        if record is None or record.get("JobState") not in SLURM_ENDED or (job_id and record.get("JobId") != job_id):
+            return None
+        return record
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGSPEC)
@@ -249,6 +272,9 @@ class ActionModule(AsyncFollowAction):
         rendezvous_done = False
         next_poll = started
         slurm_said = ""
+        slurm_id: str | None = None  # the job id squeue gave for the run's job (once it listed it)
+        slurm_end: dict | None = None  # Slurm's record of the job's end, where Slurm told it
+        sbatch_said = False  # the head's sbatch --wait ended while Slurm still runs the job: said once
         last_step_at: float | None = None  # when the record of the run's last step came (the end of the run starts)
 
         while True:
@@ -276,12 +302,11 @@ class ActionModule(AsyncFollowAction):
             if time.monotonic() < next_poll:  # the next liveness check comes before the next progress poll
                 time.sleep(max(0.05, min(next_poll, live.next_at if live else next_poll) - time.monotonic()))
                 continue
-            status = self._async_status(jid, "status", task_vars)
-            if status.get("failed") and not status.get("finished"):
+            status = self._async_status(jid, "status", task_vars) if jid else {"failed": True, "msg": "no job id"}
+            if status.get("failed") and not status.get("finished") and not args["slurm_job"]:
                 result.update(failed=True, msg=f"cannot read the status of async job {jid}: {status.get('msg')}")
                 return result
             finished = bool(status.get("finished"))
-
             chunk = self._read_from(progress_file, progress_offset)
             records, consumed = parse_records(chunk)
             progress_offset += len(chunk[:consumed].encode("utf-8"))
@@ -302,12 +327,37 @@ class ActionModule(AsyncFollowAction):
                         display.display(f"  ranks on {node[0] or 'the head'} ended with exit code {node[1]} while the "
                                         f"run goes on elsewhere: waiting {int(args['grace_seconds'])} s for it to stop")
 
-            if args["slurm_job"] and not seen and not records and not finished:
+            if args["slurm_job"]:
+                # Slurm says whether the job still runs; the head's sbatch --wait only how it ended, where it saw that
                 _, out, _ = self._run_on_head(shlex.join(SQUEUE_ARGS))
                 said = slurm_job_line(out, args["slurm_job"])
-                if said and said != slurm_said:
-                    display.display(f"  {said} ({format_duration(time.monotonic() - started)} after the submission)")
-                    slurm_said, last_news = said, time.monotonic()
+                if said is not None:
+                    slurm_id = slurm_job_id(out, args["slurm_job"])
+                    if finished and not sbatch_said:
+                        display.display(f"  the head's sbatch --wait ended (status {status.get('rc')}) while Slurm "
+                                        f"still runs job {slurm_id}: following it through squeue")
+                        sbatch_said = True
+                    finished = False
+                    if not seen and not records and said != slurm_said:
+                        display.display(f"  {said} ({format_duration(time.monotonic() - started)} after the "
+                                        f"submission)")
+                        slurm_said, last_news = said, time.monotonic()
+                elif slurm_id or args["attach"] or (status.get("failed") and not finished):
+                    # not listed: the job ended (or was never submitted); its record says how. (At a launch whose
+                    # sbatch ended before squeue ever listed the job, sbatch's status stands: a record of that name
+                    # may be an earlier attempt's.)
+                    slurm_end = self._slurm_end(args["slurm_job"], slurm_id if not args["attach"] else None)
+                    if slurm_end is not None:
+                        finished = True
+                        status = {"rc": slurm_exit_status(slurm_end)}
+                    elif not finished and (slurm_id or status.get("failed")):
+                        result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
+                                      dead_lines=[], log_tail=self._tail(log_file, args["tail_lines"]),
+                                      msg=(f"Slurm no longer lists job {slurm_id or ''} ({args['slurm_job']}) and "
+                                           f"keeps no record of how it ended (scontrol keeps an ended job for "
+                                           f"MinJobAge; sacct needs accounting), and the head has no sbatch of it "
+                                           f"({status.get('msg') or 'still waiting'})").replace("job  (", "job ("))
+                        return result
 
             for record in records:
                 if is_event(record):
@@ -353,7 +403,11 @@ class ActionModule(AsyncFollowAction):
                 last_news = now
             next_poll = time.monotonic() + poll  # the loop's top sleeps until then, checking liveness meanwhile
 
-        self._async_status(jid, "cleanup", task_vars)
+        if jid:
+            self._async_status(jid, "cleanup", task_vars)
+        if slurm_end is not None:
+            display.display(f"  Slurm's record of job {slurm_end.get('JobId')}: {slurm_end.get('JobState')} (exit code "
+                            f"{slurm_end.get('ExitCode') or '?'})")
         log_tail = self._tail(log_file, args["tail_lines"])
         rc = status.get("rc")
         if last_step_at is not None:

@@ -7,7 +7,14 @@ run's error").
 
 from __future__ import annotations
 
-import re
+import sys
+from pathlib import Path
+
+_REPO = str(Path(__file__).resolve().parents[3])
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from train.controller.progress import SLURM_ENDED, slurm_record  # noqa: E402
 
 #: what each of Slurm's end states means for the run, in words (squeue(1)/sacct(1) "JOB STATE CODES")
 STATE_MEANS = {
@@ -23,32 +30,7 @@ STATE_MEANS = {
 }
 
 #: the states of a job that has ended (a RUNNING or COMPLETING job's record is not yet how it ended)
-ENDED = set(STATE_MEANS) | {"COMPLETED"}
-
-_PAIR = re.compile(r"(\S+?)=(\S*)")
-
-
-def _scontrol_jobs(text):
-    """The jobs of ``scontrol --oneliner show job``: one dict of its Key=Value fields per line."""
-    return [dict(_PAIR.findall(line)) for line in str(text or "").splitlines() if line.startswith("JobId=")]
-
-
-def _sacct_jobs(text):
-    """The jobs of ``sacct -X -n -P -o JobID,JobName,State,ExitCode,Reason,NodeList`` as scontrol's field names."""
-    jobs = []
-    for line in str(text or "").splitlines():
-        cols = line.split("|")
-        if len(cols) >= 6 and cols[0].strip():
-            # sacct writes "CANCELLED by 0" where scontrol writes CANCELLED
-            jobs.append({"JobId": cols[0], "JobName": cols[1], "JobState": cols[2].split()[0] if cols[2] else "",
-                         "ExitCode": cols[3], "Reason": cols[4], "NodeList": cols[5]})
-    return jobs
-
-
-def _job_number(job):
-    """The job id as a number for ordering (array and het-job suffixes such as ``12_3`` or ``12+0`` cut off)."""
-    m = re.match(r"\d+", str(job.get("JobId", "")))
-    return int(m.group(0)) if m else -1
+ENDED = SLURM_ENDED
 
 
 def slurm_job_end(scontrol, sacct, name):
@@ -68,12 +50,9 @@ def slurm_job_end(scontrol, sacct, name):
       head-1,worker-[1-2]: a task of the job ended with an error (...). "`` -- scontrol's record first, sacct's
       where scontrol has none; "" when neither names such a job. The exit code is Slurm's ``code:signal``.
     """
-    jobs = [j for j in _scontrol_jobs((scontrol or {}).get("stdout")) if j.get("JobName") == name]
-    if not jobs:
-        jobs = [j for j in _sacct_jobs((sacct or {}).get("stdout")) if j.get("JobName") == name]
-    if not jobs:
+    job = slurm_record((scontrol or {}).get("stdout"), (sacct or {}).get("stdout"), name)
+    if job is None:
         return ""
-    job = max(jobs, key=_job_number)
     state = job.get("JobState", "")
     if state not in ENDED:
         return ""
