@@ -107,9 +107,12 @@ PYEOF
 }
 COMMON=(-e dataset_path=$CORPUS -e warmup_steps=5 -e logging_steps=10 -e save_steps=100000)
 BERT=(-e model=bert -e tokenizer_path=$TOK/bert-30522)
-# the blog's recipe: fp16 + ZeRO-2 with the optimizer offloaded to the CPU, micro 16, no compile, the full head
+# the blog's recipe: fp16 + ZeRO-2 with the optimizer offloaded to the CPU, micro 16, no compile, the full head;
+# zero_stage named: left auto, the memory plan takes offload_optimizer=cpu for ZeRO-3 with a quarter of the
+# optimizer offloaded (its first offloading candidate), which is not the blog's: 34 samples/s on an H100
+# (docs/benchmarks/gpu-2026-12-05b.md), against 84-116 with ZeRO-2 on the H200 runs before
 bench_run blog "bert, the blog's recipe" "bench-bert-blog-$STAMP" "" "${BERT[@]}" -e max_steps=30 "${COMMON[@]}" \
-  -e precision=fp16 -e offload_optimizer=cpu -e per_device_train_batch_size=16 -e gradient_accumulation_steps=1 \
+  -e precision=fp16 -e zero_stage=2 -e offload_optimizer=cpu -e per_device_train_batch_size=16 -e gradient_accumulation_steps=1 \
   -e train_batch_size=null -e torch_compile=false -e mlm_head=full
 bench_run bert "bert defaults" "bench-bert-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 "${COMMON[@]}"
 bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-bert-warm-$STAMP" "" "${BERT[@]}" \

@@ -90,7 +90,8 @@ PYEOF
 }
 
 # the variants, relative to the job's resolved defaults (the argv above)
-ALL=(gpt2 gpt2-old gpt2-liger bert bert-old bert-m256 gpt2-m128 bert-autotune)
+ALL=(gpt2 gpt2-old gpt2-liger bert bert-old bert-m256 bert-m64 gpt2-m128 bert-autotune bert-cudagraphs
+     bert-m256-cudagraphs)
 [ $# -gt 0 ] && LIST=("$@") || LIST=("${ALL[@]}")
 for v in "${LIST[@]}"; do
   case $v in
@@ -101,7 +102,14 @@ for v in "${LIST[@]}"; do
     bert) variant "$v" bert 28 ;;
     bert-old) variant "$v" bert 28 --unpadded_attention false ;;
     bert-m256) variant "$v" bert 28 --per_device_train_batch_size 256 --gradient_accumulation_steps 1 ;;
+    bert-m64) variant "$v" bert 28 --per_device_train_batch_size 64 --gradient_accumulation_steps 4 ;;
     bert-autotune) variant "$v" bert 120 --torch_compile_mode max-autotune-no-cudagraphs ;;
+    # CUDA graphs (torch.compile's cudagraph trees) around each compiled region: no launch gaps. With gradient
+    # accumulation (bert's 128 x 2) the next micro batch's replay overwrites outputs saved for backward and the run
+    # stops; at 256 x 1 it runs, no faster (docs/benchmarks/gpu-2026-12-05b.md)
+    bert-cudagraphs) variant "$v" bert 45 --torch_compile_mode reduce-overhead ;;
+    bert-m256-cudagraphs) variant "$v" bert 45 --torch_compile_mode reduce-overhead --per_device_train_batch_size 256 \
+                            --gradient_accumulation_steps 1 ;;
     *) echo "unknown variant $v" ;;
   esac
 done

@@ -380,13 +380,44 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
            imports: dict | None = None) -> dict:
     """The benchmark dict: one row per run (run_row), the GPU, versions, the MFU formula and the targets checked.
 
-    Targets (checked in every docs/benchmarks/gpu-<date>.md): bert defaults >= 1,350 samples/s (62.5 % MFU on an
-    H200) and >= 15x the blog's recipe; gpt2 >= 450 k tokens/s; playbook start -> first optimizer step end <= 30 s, launcher start ->
-    first step end <= 20 s; each run's progress line at its last step within 10 % of its steady rate. Scaling: each series' scaling efficiency at its largest world size >= 95 %
-    (``scaling``).
+    Targets: :func:`targets_of`.
     """
     rows = [run_row(r) for r in runs]
     scaled = scaling(rows)
+    targets = targets_of(rows, scaled)
+    gpu = next((r["gpu"] for r in rows if r["gpu"]), None)
+    versions = next((r["versions"] for r in rows if r["versions"]), None)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
+            "command": command, "commit": commit, "mfu_formula": flops.MFU_FORMULA, "peak_flops": flops.peak_flops(gpu),
+            "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or [],
+            "imports": imports}
+
+
+#: the blog's recipe as the bench runs it: fp16, ZeRO-2, the whole optimizer on the CPU (DeepSpeed's ZeRO-Offload)
+BLOG_RECIPE = {"precision": "fp16", "zero_stage": 2, "offload_optimizer": "cpu"}
+#: the label of a run whose torch.compile caches were filled by the run before (molecule/gpu/bench.sh's bert-warm)
+WARM = "compile caches warm"
+
+
+def targets_of(rows: list[dict], scaled: list[dict] | None = None) -> list[str]:
+    """The targets checked in every docs/benchmarks/gpu-<date>.md, one line each, "name: value — met|missed"
+    (or "— not checked" with the reason):
+
+    * bert defaults >= 1,350 samples/s (62.5 % MFU on an H200), and >= 15x the blog's recipe in the same report --
+      only against a row that ran the blog's recipe (:data:`BLOG_RECIPE`; with ``zero_stage`` auto and
+      ``offload_optimizer=cpu`` the memory plan may choose ZeRO-3 with part of the optimizer offloaded, which is not
+      the blog's);
+    * gpt2 defaults >= 450 k tokens/s;
+    * start-up: a run with torch.compile's caches warm (label containing :data:`WARM`): playbook start -> first
+      optimizer step end <= 20 s and launcher start -> first step end <= 10 s; bert defaults with a cold compile:
+      its first optimizer step (the compile) <= 20 s;
+    * each run's progress line at its last step within 10 % of its steady rate;
+    * each scaling series' efficiency at its largest world size >= 95 % (``scaled``: :func:`scaling`'s rows).
+
+    ``rows``: :func:`run_row` dicts (samples_per_second, tokens_per_second, label, precision, zero_stage,
+    offload_optimizer, playbook_start_to_first_step_s, launcher_start_to_first_step_s, startup_phases,
+    progress_last_samples_per_second; None where unknown).
+    """
     by = {r["label"]: r for r in rows}
     targets = []
     bert, blog, gpt2 = by.get("bert defaults"), by.get("bert, the blog's recipe"), by.get("gpt2 defaults")
@@ -398,7 +429,13 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
         check("bert defaults >= 1,350 samples/s", f"{bert['samples_per_second']:,.1f}", bert["samples_per_second"] >= 1350)
         if blog and blog["samples_per_second"]:
             ratio = bert["samples_per_second"] / blog["samples_per_second"]
-            check(">= 15x the blog's recipe", f"{ratio:.1f}x", ratio >= 15)
+            differs = {k: blog.get(k) for k, v in BLOG_RECIPE.items() if blog.get(k) != v}
+            if differs:
+                ran = ", ".join(f"{k} {v}" for k, v in differs.items())
+                targets.append(f">= 15x the blog's recipe: {ratio:.1f}x against a row that ran {ran}, not the blog's "
+                               f"{', '.join(f'{k} {v}' for k, v in BLOG_RECIPE.items())} — not checked")
+            else:
+                check(">= 15x the blog's recipe", f"{ratio:.1f}x", ratio >= 15)
     if gpt2 and gpt2["tokens_per_second"]:
         check("gpt2 defaults >= 450 k tokens/s", f"{gpt2['tokens_per_second']:,.0f}", gpt2["tokens_per_second"] >= 4.5e5)
     for r in rows:
@@ -406,13 +443,17 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
         if shown and steady:
             check(f"{r['label']}: the progress line's samples/s at the last step within 10 % of the steady rate",
                   f"{shown:,.1f} vs {steady:,.1f}", abs(shown - steady) <= 0.1 * steady)
-        if r["playbook_start_to_first_step_s"] is not None:
-            check(f"{r['label']}: playbook start -> first step end <= 30 s", f"{r['playbook_start_to_first_step_s']} s",
-                  r["playbook_start_to_first_step_s"] <= 30)
-        if r["launcher_start_to_first_step_s"] is not None:
-            check(f"{r['label']}: launcher start -> first step end <= 20 s", f"{r['launcher_start_to_first_step_s']} s",
-                  r["launcher_start_to_first_step_s"] <= 20)
-    for name in dict.fromkeys(r["series"] for r in scaled):
+        if WARM in r["label"]:
+            if r.get("playbook_start_to_first_step_s") is not None:
+                check(f"{r['label']}: playbook start -> first step end <= 20 s",
+                      f"{r['playbook_start_to_first_step_s']} s", r["playbook_start_to_first_step_s"] <= 20)
+            if r.get("launcher_start_to_first_step_s") is not None:
+                check(f"{r['label']}: launcher start -> first step end <= 10 s",
+                      f"{r['launcher_start_to_first_step_s']} s", r["launcher_start_to_first_step_s"] <= 10)
+    compile_s = dict(map(tuple, (bert or {}).get("startup_phases") or [])).get("first optimizer step")
+    if compile_s is not None:
+        check("bert defaults, cold compile: first optimizer step <= 20 s", f"{compile_s} s", compile_s <= 20)
+    for name in dict.fromkeys(r["series"] for r in scaled or []):
         top = [r for r in scaled if r["series"] == name][-1]
         if top["world_size"] > top["base_world_size"]:
             eff = top["efficiency"]
@@ -420,12 +461,7 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
             check(f"{name}: scaling efficiency at {top['world_size']} GPUs "
                   f"(per GPU against {base} GPU{'s' if base > 1 else ''}) >= 95 %",
                   "—" if eff is None else f"{100 * eff:.1f} %", eff is not None and eff >= 0.95)
-    gpu = next((r["gpu"] for r in rows if r["gpu"]), None)
-    versions = next((r["versions"] for r in rows if r["versions"]), None)
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
-            "command": command, "commit": commit, "mfu_formula": flops.MFU_FORMULA, "peak_flops": flops.peak_flops(gpu),
-            "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or [],
-            "imports": imports}
+    return targets
 
 
 def main(argv: list[str] | None = None) -> int:
