@@ -269,6 +269,24 @@ def test_user_script_ran_on_every_node():
     assert ds["train_micro_batch_size_per_gpu"] == "auto"  # the Trainer fills it
 
 
+def test_the_scripts_data_was_staged_as_a_tree_with_its_manifest_beside_it():
+    """The user script's data (script_data, a directory on the head) went out as the prepared data does: round 1
+    head-1 -> worker-1, round 2 worker-1 -> worker-2, each copy checked against the head's MANIFEST, which lies
+    beside the directory (user-data/corpus.MANIFEST): the directory the script reads holds only the user's file."""
+    log = " ".join((STATE / "train-script.log").read_text().split())
+    shown = log.split("Show the copies round by round (source -> destination) - the script's data", 1)[1]
+    shown = shown.split("TASK [", 1)[0]
+    assert "round 1 of 2: head-1 -> worker-1" in shown and "round 2 of 2: worker-1 -> worker-2 (else head-1)" in \
+        shown, shown
+    assert re.search(r"worker-2: copied \d+ files, [\d.]+ MB in \d+s from worker-1", log), log[-3000:]
+    data = "/opt/deepspeed-cluster/local/user-data/corpus"
+    sums = set()
+    for node in inventory()[0]:
+        assert podman_exec(node, "ls", "-A", data).stdout.split() == ["train.txt"], node
+        sums.add(podman_exec(node, "sha256sum", f"{data}.MANIFEST").stdout.split()[0])
+    assert len(sums) == 1, sums
+
+
 def podman_exec(node, *cmd, check=True):
     return subprocess.run(["podman", "exec", f"dsc-{node}", *cmd], capture_output=True, text=True, check=check)
 

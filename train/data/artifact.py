@@ -5,7 +5,9 @@ ARTIFACT/prepare.json, ARTIFACT/MANIFEST.
 The checkpoint a run resumes from is staged onto the nodes the same way (roles/train_stage, resume.yml): the head
 writes a MANIFEST into its copy, and every worker's copy is checked against it.
 MANIFEST has one line per file, ``<sha256>  <relative path>`` (sha256sum's format, so ``sha256sum -c MANIFEST``
-works inside the directory), sorted by path, MANIFEST itself excluded.
+works inside the directory), sorted by path, MANIFEST itself excluded. A directory that must hold nothing but its
+own files (a user script's data, which the script may read whole) keeps its MANIFEST beside it instead
+(``manifest_path``: ``<dir>.MANIFEST``); the functions below take that path as ``manifest``.
 
 An artifact is built in a temporary directory beside its final place and moved there with os.replace, so a reader
 never sees a half-written one: either the old artifact, or the complete new one.
@@ -49,14 +51,23 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _files(root: Path) -> list[str]:
+def _files(root: Path, manifest: Path | None = None) -> list[str]:
+    """Every file under ``root``, relative, sorted; root/MANIFEST left out unless the MANIFEST is ``manifest``,
+    elsewhere."""
+    inside = manifest is None or Path(manifest) == Path(root) / MANIFEST
     out = []
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
             rel = (Path(dirpath) / name).relative_to(root).as_posix()
-            if rel != MANIFEST:
+            if rel != MANIFEST or not inside:
                 out.append(rel)
     return sorted(out)
+
+
+def manifest_path(root: Path, beside: bool = False) -> Path:
+    """Where ``root``'s MANIFEST is: ``root/MANIFEST``, or with ``beside`` the file ``<root>.MANIFEST`` next to it."""
+    root = Path(root)
+    return root.parent / f"{root.name}.{MANIFEST}" if beside else root / MANIFEST
 
 
 def hash_files(root: Path, rels: list[str]) -> list[str]:
@@ -70,18 +81,20 @@ def hash_files(root: Path, rels: list[str]) -> list[str]:
         return list(pool.map(lambda rel: sha256_file(root / rel), rels))
 
 
-def write_manifest(root: Path) -> Path:
-    """Hash every file under root (``hash_files``) and write root/MANIFEST (call this last)."""
+def write_manifest(root: Path, manifest: Path | None = None) -> Path:
+    """Hash every file under root (``hash_files``) and write its MANIFEST (call this last): root/MANIFEST, or the
+    file ``manifest`` (outside ``root``). Returns the MANIFEST's path."""
     root = Path(root)
-    rels = _files(root)
+    target = Path(manifest) if manifest is not None else root / MANIFEST
+    rels = _files(root, target)
     lines = [f"{digest}  {rel}\n" for digest, rel in zip(hash_files(root, rels), rels)]
-    tmp = root / (MANIFEST + ".tmp")
+    tmp = target.with_name(target.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(lines)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, root / MANIFEST)
-    return root / MANIFEST
+    os.replace(tmp, target)
+    return target
 
 
 def write_stamp(stamp: Path, data: dict) -> None:
@@ -102,39 +115,40 @@ def stamp_path(root: Path) -> Path:
     return root.parent / f".{root.name}.verified.json"
 
 
-def _state(root: Path) -> dict | None:
+def _state(root: Path, manifest: Path) -> dict | None:
     """The MANIFEST's sha256 and every file's [size, mtime_ns] under ``root`` (None when MANIFEST is unreadable)."""
     try:
-        files = {rel: [(st := (root / rel).stat()).st_size, st.st_mtime_ns] for rel in _files(root)}
-        return {"manifest_sha256": sha256_file(root / MANIFEST), "files": files}
+        files = {rel: [(st := (root / rel).stat()).st_size, st.st_mtime_ns] for rel in _files(root, manifest)}
+        return {"manifest_sha256": sha256_file(manifest), "files": files}
     except OSError:
         return None
 
 
-def verify(root: Path, quick: bool = False) -> tuple[bool, str]:
+def verify(root: Path, quick: bool = False, manifest: Path | None = None) -> tuple[bool, str]:
     """(ok, reason). ok only when MANIFEST exists, every listed file has its hash, and no file is unlisted.
 
     With ``quick``, an artifact whose MANIFEST, file names, sizes and mtimes are those recorded by the last passed
     verification (``stamp_path``) is ok without hashing (reason ``N files unchanged since verified ...``), unless a
     file's mtime was within 2 s of that verification's start: a file rewritten within the file system's timestamp
     granularity could keep its mtime ("racy git"), so it is hashed. Every passed full verification writes that
-    stamp (atomically); a failed one removes it."""
+    stamp (atomically); a failed one removes it. ``manifest``: the MANIFEST's path where it is not root/MANIFEST."""
     root = Path(root)
+    manifest = Path(manifest) if manifest is not None else root / MANIFEST
     stamp = stamp_path(root)
-    if quick and root.is_dir() and (root / MANIFEST).is_file():
+    if quick and root.is_dir() and manifest.is_file():
         try:
             recorded = json.loads(stamp.read_text(encoding="utf-8"))
             started = recorded.pop("verified_at_ns")
         except (OSError, ValueError, KeyError, AttributeError):
             recorded = None
-        if recorded is not None and recorded == _state(root) and isinstance(started, int) and all(
+        if recorded is not None and recorded == _state(root, manifest) and isinstance(started, int) and all(
                 mtime < started - RACY_NS for _size, mtime in recorded["files"].values()):
             return True, (f"{len(recorded['files'])} files unchanged since verified (MANIFEST, sizes, mtimes; "
                           f"{stamp.name})")
     started = time.time_ns()
-    ok, why = _verify_hashes(root)
+    ok, why = _verify_hashes(root, manifest)
     if ok:
-        state = _state(root)
+        state = _state(root, manifest)
         if state is not None:
             write_stamp(stamp, dict(state, verified_at_ns=started))
     else:
@@ -145,8 +159,7 @@ def verify(root: Path, quick: bool = False) -> tuple[bool, str]:
     return ok, why
 
 
-def _verify_hashes(root: Path) -> tuple[bool, str]:
-    manifest = root / MANIFEST
+def _verify_hashes(root: Path, manifest: Path) -> tuple[bool, str]:
     if not root.is_dir():
         return False, f"{root} is not a directory"
     if not manifest.is_file():
@@ -157,7 +170,7 @@ def _verify_hashes(root: Path) -> tuple[bool, str]:
         if not sep or len(digest) != 64 or not rel:
             return False, f"{manifest} line {n} is malformed"
         listed[rel] = digest
-    present = set(_files(root))
+    present = set(_files(root, manifest))
     extra = sorted(present - set(listed))
     if extra:
         return False, f"file not in MANIFEST: {extra[0]}" + (f" (+{len(extra) - 1} more)" if len(extra) > 1 else "")

@@ -2,7 +2,9 @@
 
     python -m train.data.prepare_data --job JOB.json --out ARTIFACT_DIR [--force] [--rehash] [--world-size N] [--progress-file F]
     python -m train.data.prepare_data --verify ARTIFACT_DIR [--rehash]
-    python -m train.data.prepare_data --manifest DIR [--rehash]   (a checkpoint staged on -e resume=: seal it)
+    python -m train.data.prepare_data --manifest DIR [--beside] [--rehash]   (seal a directory staged as a tree:
+        the checkpoint of -e resume=, a user script's data with --beside: its MANIFEST is DIR.MANIFEST)
+    python -m train.data.prepare_data --verify DIR --beside [--rehash]
 
 Steps (the shape of transformers' run_mlm.py data section, done ahead of time so no rank tokenizes at start-up):
 
@@ -562,28 +564,30 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def seal(root: Path, rehash: bool = False) -> int:
-    """Give the directory ``root`` a MANIFEST of its files (artifact.write_manifest), unless the one it has verifies
+def seal(root: Path, rehash: bool = False, beside: bool = False) -> int:
+    """Give the directory ``root`` a MANIFEST of its files (artifact.write_manifest; with ``beside`` the file
+    ``<root>.MANIFEST`` next to it, artifact.manifest_path), unless the one it has verifies
     (artifact.verify, quick unless ``rehash``), then verify it so that the verified stamp is written (the next
     check of an unchanged directory hashes nothing). Prints one line: ``kept: ...`` or ``written: ...`` on stdout,
     ``FAILED: ...`` on stderr. Returns 0, or 1 when ``root`` is not a directory or a file can't be read."""
     if not root.is_dir():
         print(f"FAILED: {root}: not a directory", file=sys.stderr)
         return 1
-    ok, why = artifact.verify(root, quick=not rehash)
+    manifest = artifact.manifest_path(root, beside)
+    ok, why = artifact.verify(root, quick=not rehash, manifest=manifest)
     if ok:
-        print(f"kept: {root}/{artifact.MANIFEST}: {why}")
+        print(f"kept: {manifest}: {why}")
         return 0
     try:
-        artifact.write_manifest(root)
-        ok, checked = artifact.verify(root)
+        artifact.write_manifest(root, manifest)
+        ok, checked = artifact.verify(root, manifest=manifest)
     except OSError as e:
         print(f"FAILED: {root}: {e}", file=sys.stderr)
         return 1
     if not ok:  # a file changed while it was hashed: the caller's copy is not settled
         print(f"FAILED: {root}: {checked} right after writing the MANIFEST (a file changed meanwhile?)", file=sys.stderr)
         return 1
-    print(f"written: {root}/{artifact.MANIFEST} ({checked}; was: {why})")
+    print(f"written: {manifest} ({checked}; was: {why})")
     return 0
 
 
@@ -601,6 +605,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="give DIR a MANIFEST of its files (the checkpoint a run resumes from, on the head, before it "
                         "is staged onto the workers): kept when DIR verifies against the MANIFEST it has, written "
                         "anew otherwise (exit 0, or 1 when DIR is not a directory or can't be read)")
+    p.add_argument("--beside", action="store_true",
+                   help="with --manifest/--verify: the MANIFEST is the file DIR.MANIFEST beside DIR, not DIR/MANIFEST "
+                        "(a directory that must hold only its own files: a user script's data)")
     p.add_argument("--rehash", action="store_true",
                    help="hash the source and the artifact even where no file changed (name, size, mtime) since they "
                         "were last hashed")
@@ -618,13 +625,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.verify:
         if args.job or args.out or args.manifest:
             p.error("--verify takes no --job/--out/--manifest")
-        ok, why = artifact.verify(Path(args.verify), quick=not args.rehash)
+        ok, why = artifact.verify(Path(args.verify), quick=not args.rehash,
+                                  manifest=artifact.manifest_path(Path(args.verify), args.beside))
         print(f"{'ok' if ok else 'FAILED'}: {args.verify}: {why}", file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
+    if args.beside and not (args.manifest or args.verify):
+        p.error("--beside goes with --manifest DIR or --verify DIR")
     if args.manifest:
         if args.job or args.out:
             p.error("--manifest takes no --job/--out")
-        return seal(Path(args.manifest), rehash=args.rehash)
+        return seal(Path(args.manifest), rehash=args.rehash, beside=args.beside)
     if not args.job or not args.out:
         p.error("--job and --out are both required (or --verify ARTIFACT, or --manifest DIR)")
     try:

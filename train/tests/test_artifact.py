@@ -94,3 +94,27 @@ def test_seal_of_what_is_not_a_directory_fails_with_one_line(tmp_path):
     both = subprocess.run([sys.executable, "-m", "train.data.prepare_data", "--manifest", str(tmp_path), "--verify",
                            str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert both.returncode == 2 and "--verify takes no --job/--out/--manifest" in both.stderr, both
+
+
+def test_a_user_scripts_data_is_sealed_with_its_manifest_beside_it_and_nothing_written_inside(tmp_path):
+    """--beside: a user script may read its data directory whole, so the MANIFEST is <dir>.MANIFEST; a user's own
+    file named MANIFEST inside is data like any other (listed, checked), and the directory gains no file."""
+    data = tmp_path / "corpus"
+    (data / "part").mkdir(parents=True)
+    (data / "train.txt").write_text("one line of text\n" * 50)
+    (data / "part" / "valid.txt").write_text("another\n")
+    (data / "MANIFEST").write_text("the user's own file\n")
+    before = sorted(p.name for p in data.rglob("*"))
+    res = seal(data, "--beside")
+    assert res.returncode == 0 and res.stdout.startswith(f"written: {tmp_path / 'corpus.MANIFEST'}"), res
+    assert sorted(p.name for p in data.rglob("*")) == before
+    listed = sorted(line.split("  ", 1)[1] for line in (tmp_path / "corpus.MANIFEST").read_text().splitlines())
+    assert listed == ["MANIFEST", "part/valid.txt", "train.txt"]
+    check = [sys.executable, "-m", "train.data.prepare_data", "--verify", str(data), "--beside", "--rehash"]
+    assert subprocess.run(check, cwd=REPO, capture_output=True, text=True, timeout=120).returncode == 0
+    (data / "MANIFEST").write_text("the user's own file, changed\n")
+    changed = subprocess.run(check, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert changed.returncode == 1 and "sha256 mismatch: MANIFEST" in changed.stderr, changed
+    lone = subprocess.run([sys.executable, "-m", "train.data.prepare_data", "--beside"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert lone.returncode == 2 and "--beside goes with --manifest DIR or --verify DIR" in lone.stderr

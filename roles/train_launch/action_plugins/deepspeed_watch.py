@@ -95,6 +95,12 @@ _ARGSPEC = {
     "end_within_s": {"type": "float", "default": 0.0},
 }
 
+# seconds the head's sbatch --wait is given, after squeue no longer lists the job, to see its end and exit (Slurm's
+# sbatch polls slurmctld every few seconds); past that a lingering one is ended (SBATCH_PATTERN: a pkill -f regex
+# whose bracket keeps it from matching the shell that runs it)
+SBATCH_GRACE_S = 60.0
+SBATCH_PATTERN = "[s]batch --wait --job-name={} "
+
 # torch.distributed's own lines about its rendezvous (c10d's TCPStore client/server, socket.cpp): quoted when the
 # ranks do not all join in time
 _RENDEZVOUS_LINE = re.compile(r"\[c10d\]|TCPStore|socket\.cpp|rendezvous|DistStoreError|store_based_barrier", re.I)
@@ -274,6 +280,7 @@ class ActionModule(AsyncFollowAction):
         slurm_said = ""
         slurm_id: str | None = None  # the job id squeue gave for the run's job (once it listed it)
         slurm_end: dict | None = None  # Slurm's record of the job's end, where Slurm told it
+        slurm_gone_at: float | None = None  # when squeue first no longer listed the job
         sbatch_said = False  # the head's sbatch --wait ended while Slurm still runs the job: said once
         last_step_at: float | None = None  # when the record of the run's last step came (the end of the run starts)
 
@@ -347,10 +354,18 @@ class ActionModule(AsyncFollowAction):
                     # sbatch ended before squeue ever listed the job, sbatch's status stands: a record of that name
                     # may be an earlier attempt's.)
                     slurm_end = self._slurm_end(args["slurm_job"], slurm_id if not args["attach"] else None)
-                    if slurm_end is not None:
+                    # the head's sbatch --wait still waits: it sees the end at its next poll of slurmctld (a few
+                    # seconds), and while it runs it is a process of the run (its command line holds the run
+                    # directory), which the next train.yml would take for the run still running
+                    waiting = not finished and not status.get("failed")
+                    slurm_gone_at = slurm_gone_at or time.monotonic()
+                    late = time.monotonic() - slurm_gone_at >= SBATCH_GRACE_S
+                    if slurm_end is not None and (not waiting or late):
+                        if waiting:
+                            self._run_on_head(f"pkill -f -- {shlex.quote(SBATCH_PATTERN.format(args['slurm_job']))}")
                         finished = True
                         status = {"rc": slurm_exit_status(slurm_end)}
-                    elif not finished and (slurm_id or status.get("failed")):
+                    elif slurm_end is None and not finished and (late or not waiting):
                         result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
                                       dead_lines=[], log_tail=self._tail(log_file, args["tail_lines"]),
                                       msg=(f"Slurm no longer lists job {slurm_id or ''} ({args['slurm_job']}) and "
