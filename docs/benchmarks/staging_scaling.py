@@ -1,5 +1,6 @@
-"""Data staging (roles/train_stage workers.yml): the prepared data copied to every worker from the head at once (a
-star) or as a tree (filter_plugins/staging_tree.py: every node holding the verified data sends one copy a round).
+"""Data staging (roles/train_stage tree.yml, from workers.yml): the prepared data copied to every worker from the head
+at once (a star) or as a tree (filter_plugins/staging_tree.py: every node holding the verified data sends one copy a
+round).
 Measures what it can here, then prints the predicted staging time for larger clusters as a Markdown table;
 health-check-scaling.md holds what it printed.
 
@@ -77,9 +78,14 @@ def staging_seconds(text: str) -> tuple[float, int, float | None]:
     end = next((t for _, t in starts[play + 1:] if t is not None), None) if play is not None else None
     if end is None:
         raise ValueError("the log ends inside the staging (no play after it)")
-    if re.search(r"every worker holds (the|the prepared) data already", text):
+    # the prepared data's schedule only (a resumed run's checkpoint and a script's data have their own), in the lines
+    # the staging printed (a log from before the tree has neither)
+    staged = text.split("TASK [train_stage : Stage the data onto every worker]", 1)[1]
+    shown = staged.split("Show the copies round by round (source -> destination) - the prepared data", 1)
+    shown = shown[1].split("TASK [", 1)[0] if len(shown) > 1 else staged
+    if re.search(r"every worker holds (the|the prepared) data already", shown):
         return end - starts[begin][1], 0, None
-    rounds = _ROUNDS.findall(text)
+    rounds = _ROUNDS.findall(shown)
     copying = next((t for name, t in starts[begin:play] if name in (
         "train_stage : Copy round by round - the prepared data", "train_stage : Copy the prepared data in rounds")), None)
     return end - starts[begin][1], int(rounds[0]) if rounds else 1, None if copying is None else end - copying

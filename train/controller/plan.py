@@ -280,7 +280,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         master_port: the rendezvous port on the head.
         script: a user's training script on the controller (script mode), or None for train.rank.pretrain.
         script_args_value: the script's arguments (list, or one shell-quoted string).
-        script_data: a file or directory on the head staged to every node as ``{data}``.
+        script_data: a directory on the head (train_plan refuses a file) staged to every node as ``{data}``.
         resume: ``-e resume=``: a run name or ``latest`` (resume_source); the run goes on from its newest complete
             checkpoint in its own results directory, same job (RESUME_MAY_CHANGE aside) and world size.
         gpu_memory_bytes: memory of the smallest GPU of the run's nodes (cuda), or None: a preset run's ZeRO stage,

@@ -161,9 +161,9 @@ def verify(root: Path, quick: bool = False, manifest: Path | None = None) -> tup
 
 def _verify_hashes(root: Path, manifest: Path) -> tuple[bool, str]:
     if not root.is_dir():
-        return False, f"{root} is not a directory"
+        return False, "not a directory"
     if not manifest.is_file():
-        return False, f"{manifest} is missing (artifact incomplete)"
+        return False, f"{manifest} is missing (never written, or a copy cut off before it)"
     listed: dict[str, str] = {}
     for n, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), 1):
         digest, sep, rel = line.partition("  ")

@@ -569,15 +569,21 @@ def seal(root: Path, rehash: bool = False, beside: bool = False) -> int:
     ``<root>.MANIFEST`` next to it, artifact.manifest_path), unless the one it has verifies
     (artifact.verify, quick unless ``rehash``), then verify it so that the verified stamp is written (the next
     check of an unchanged directory hashes nothing). Prints one line: ``kept: ...`` or ``written: ...`` on stdout,
-    ``FAILED: ...`` on stderr. Returns 0, or 1 when ``root`` is not a directory or a file can't be read."""
+    ``FAILED: ...`` on stderr. Returns 0, or 1 when ``root`` is not a directory, a file can't be read, or the
+    MANIFEST there is not one this module wrote (a user's own file of that name is never overwritten)."""
     if not root.is_dir():
-        print(f"FAILED: {root}: not a directory", file=sys.stderr)
+        print(f"FAILED: {root}: not a directory; give the directory to seal", file=sys.stderr)
         return 1
     manifest = artifact.manifest_path(root, beside)
     ok, why = artifact.verify(root, quick=not rehash, manifest=manifest)
     if ok:
         print(f"kept: {manifest}: {why}")
         return 0
+    if why.endswith("is malformed"):
+        print(f"FAILED: {manifest} is not a MANIFEST this tool wrote ({why}), so it is not overwritten: if it is "
+              f"your own file, seal with --beside (the MANIFEST then goes to {artifact.manifest_path(root, True)}), "
+              "else remove it and seal again", file=sys.stderr)
+        return 1
     try:
         artifact.write_manifest(root, manifest)
         ok, checked = artifact.verify(root, manifest=manifest)

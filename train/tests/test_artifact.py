@@ -90,7 +90,16 @@ def test_a_copy_with_one_flipped_byte_among_many_files_does_not_verify(tmp_path)
 
 def test_seal_of_what_is_not_a_directory_fails_with_one_line(tmp_path):
     res = seal(tmp_path / "nowhere")
-    assert res.returncode == 1 and res.stderr.strip() == f"FAILED: {tmp_path / 'nowhere'}: not a directory", res
+    assert res.returncode == 1 and res.stderr.strip() == \
+        f"FAILED: {tmp_path / 'nowhere'}: not a directory; give the directory to seal", res
+    # a user's own file named MANIFEST is never overwritten by a seal without --beside
+    data = tmp_path / "mine"
+    data.mkdir()
+    (data / "MANIFEST").write_text("my own notes\n")
+    (data / "train.txt").write_text("text\n")
+    kept = seal(data)
+    assert kept.returncode == 1 and "is not a MANIFEST this tool wrote" in kept.stderr and "--beside" in kept.stderr
+    assert (data / "MANIFEST").read_text() == "my own notes\n"
     both = subprocess.run([sys.executable, "-m", "train.data.prepare_data", "--manifest", str(tmp_path), "--verify",
                            str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert both.returncode == 2 and "--verify takes no --job/--out/--manifest" in both.stderr, both

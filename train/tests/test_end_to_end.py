@@ -373,6 +373,22 @@ def test_script_args_as_a_mapping_or_broken_json_are_refused(tmp_path):
         assert "Launch deepspeed" not in proc.stdout
 
 
+def test_script_data_that_is_a_file_is_refused_before_anything_is_staged(tmp_path):
+    """script_data must be a directory (it is staged as one, its MANIFEST beside it): a file is refused in the plan
+    step, saying how to give it, before anything is copied to a node."""
+    script = tmp_path / "s.py"
+    script.write_text("print('never runs')\n")
+    data = tmp_path / "train.txt"
+    data.write_text("some text\n")
+    extra = {"script": str(script), "script_data": str(data), "script_args": ["--train_file", "{data}/train.txt"]}
+    proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "file.log", timeout=300)
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout
+    assert f"script_data {data} on the head node localhost is a file; give a directory" in text, text[-3000:]
+    assert "{data}/train.txt in script_args" in text
+    assert "Copy what runs on a node" not in proc.stdout and "Launch deepspeed" not in proc.stdout
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
 

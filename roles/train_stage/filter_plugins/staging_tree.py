@@ -64,8 +64,13 @@ def staging_rounds(holding, head, tree=True):
         copies = []
         for i, dest in enumerate(now):
             first = sources[i]
-            others = [w for w in holders if w != first]
-            order = [first] + ([others[i % len(others)]] if others else [])
+            # the next source: another worker that held the data when the round began, the (i mod their count)-th of
+            # the holders without ``first`` -- by index, not by building that list for every copy (O(N) a copy)
+            n_others = len(holders) - 1 if i < len(holders) else len(holders)
+            order = [first]
+            if n_others:
+                j = i % n_others
+                order.append(holders[j + 1 if i < len(holders) and j >= i else j])
             copies.append({"dest": dest, "sources": order + ([head] if head not in order else [])})
         rounds.append(copies)
         holders = holders + now
