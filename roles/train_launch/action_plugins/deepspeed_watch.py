@@ -368,10 +368,10 @@ class ActionModule(AsyncFollowAction):
                     elif slurm_end is None and not finished and (late or not waiting):
                         result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
                                       dead_lines=[], log_tail=self._tail(log_file, args["tail_lines"]),
-                                      msg=(f"Slurm no longer lists job {slurm_id or ''} ({args['slurm_job']}) and "
-                                           f"keeps no record of how it ended (scontrol keeps an ended job for "
-                                           f"MinJobAge; sacct needs accounting), and the head has no sbatch of it "
-                                           f"({status.get('msg') or 'still waiting'})").replace("job  (", "job ("))
+                                      msg=(f"Slurm no longer lists job {(slurm_id + ' ') if slurm_id else ''}"
+                                           f"({args['slurm_job']}) and keeps no record of how it ended (scontrol "
+                                           f"keeps an ended job for MinJobAge; sacct needs accounting), and the head "
+                                           f"has no sbatch of it ({status.get('msg') or 'still waiting'})"))
                         return result
 
             for record in records:
