@@ -7,6 +7,9 @@ BIN      := $(VENV)/bin
 NODE_PY  ?= /opt/deepspeed-cluster/venv/bin/python
 # the slowest tests are listed at the end of each run (where CI time goes)
 PYTEST_ARGS ?= --durations=30
+# where `make test` keeps pytest's whole output (its failures are printed again at the very end, after the sides
+# that ran beside it)
+TEST_LOG_DIR ?= outputs/test-logs
 
 .PHONY: setup provision demo lint test test-pytest test-roles test-pytest-roles test-cluster unit unit-fast cluster-test molecule bench
 
@@ -41,6 +44,7 @@ FILTER_TESTS := roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests/
                 roles/train_launch/tests/test_run_failure_filter.py roles/train_launch/tests/test_slurm_refusal_filter.py \
                 roles/train_launch/tests/test_ungathered_filter.py roles/train_launch/tests/test_slurm_job_end_filter.py \
                 roles/cluster_check/tests/test_master_listener.py roles/cluster_check/tests/test_ssh_logins.py \
+                roles/cluster_check/tests/test_share_markers.py \
                 roles/train_stage/tests/test_staging_tree_filter.py
 unit-fast: setup
 	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(FILTER_TESTS) $(PYTEST_ARGS)
@@ -59,11 +63,18 @@ test: setup
 	@# scenarios; beside them the 3-node scenario. pytest keeps about one core busy and the scenario's fault tests
 	@# wait on timeouts, so those two fill each other's idle core; the role scenarios (both cores busy) overlap
 	@# only the scenario's last minutes. The role scenarios run even when pytest failed, so one run reports all.
-	$(MAKE) --no-print-directory -j2 test-pytest-roles test-cluster
+	@# pytest's failed tests are named again at the very end (CI keeps the end of the output)
+	@rm -f $(TEST_LOG_DIR)/pytest.log
+	@rc=0; $(MAKE) --no-print-directory -j2 test-pytest-roles test-cluster || rc=$$?; \
+	  if [ $$rc -ne 0 ] && grep -qE '^(FAILED|ERROR) ' $(TEST_LOG_DIR)/pytest.log 2>/dev/null; then \
+	    echo "== pytest's failures (its whole output: $(TEST_LOG_DIR)/pytest.log)"; \
+	    grep -E '^(FAILED|ERROR) ' $(TEST_LOG_DIR)/pytest.log | sed 's/^/[pytest] /'; fi; exit $$rc
 
 # The sides of `make test` that run side by side (each alone works too).
 test-pytest:
-	set -o pipefail; $(MAKE) --no-print-directory unit DSC_E2E=1 2>&1 | sed -u 's/^/[pytest] /'
+	@mkdir -p $(TEST_LOG_DIR)
+	set -o pipefail; $(MAKE) --no-print-directory unit DSC_E2E=1 PYTEST_ARGS="$(PYTEST_ARGS) -rfE" 2>&1 \
+	  | tee $(TEST_LOG_DIR)/pytest.log | sed -u 's/^/[pytest] /'
 
 test-roles:
 	set -o pipefail; $(MAKE) --no-print-directory molecule 2>&1 | sed -u 's/^/[roles] /'

@@ -40,7 +40,8 @@ log() { printf '== %s %s\n' "$(date +%T)" "$*"; }
 create() {
   "$repo/molecule/images/build.sh"
   "$repo/molecule/images/wheelhouse.sh" "$wheelhouse"
-  mkdir -p "$state"
+  # /shared: one directory of this machine in every container, as an NFS export would be (verify.py's shared-storage test)
+  mkdir -p "$state" "$state/shared"
   [[ -f $state/id_ed25519 ]] || ssh-keygen -q -t ed25519 -N '' -C dsc-cluster-controller -f "$state/id_ed25519"
   # isolate: no traffic between the two networks (the workers cannot reach the head's management address, as on a
   # real cluster whose management network only the head and the controller share); this machine reaches both
@@ -53,7 +54,7 @@ create() {
       log "create dsc-$name ($addr:$port)"
       podman run -d --name "dsc-$name" --hostname "$name" --network "$net" --ip "$addr" \
         --shm-size=1g --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 \
-        -v "$wheelhouse:/srv/wheelhouse:ro" "$image" \
+        -v "$wheelhouse:/srv/wheelhouse:ro" -v "$state/shared:/shared" "$image" \
         /bin/sh -c "ssh-keygen -A && exec /usr/sbin/sshd -D -e -p $port" >/dev/null
       if [[ $ctl != "$addr" ]]; then
         podman network connect --ip "$ctl" "$mgmt_net" "dsc-$name"
@@ -138,6 +139,7 @@ destroy() {
   done
   podman network rm "$net" >/dev/null 2>&1 || true
   podman network rm "$mgmt_net" >/dev/null 2>&1 || true
+  rm -rf "$state/shared"  # the containers' shared storage: the next scenario starts with none
 }
 
 case ${1:-test} in

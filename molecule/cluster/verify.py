@@ -428,6 +428,49 @@ def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_sta
     assert podman_exec("worker-2", "test", "-e", f"{art}/MANIFEST", check=False).returncode == 1
 
 
+def test_a_local_ssd_dir_the_nodes_share_is_read_in_place_and_shared_run_directories_are_refused(tmp_path):
+    """/shared is one directory of this machine in every container (run.sh create), as an NFS export would be. With
+    dsc_root there every node's run directories would be one: the preflight refuses it, naming the nodes, before
+    anything is staged. With local_ssd_dir there, the preflight finds the workers share the head's: the head
+    prepares the data there once, nothing is copied or verified on the workers, and the run trains on every node."""
+    nodes, slots = inventory()
+    head, workers = nodes[0], nodes[1:]
+    shared = STATE / "shared"
+    (shared / "root" / "runs").mkdir(parents=True, exist_ok=True)  # what site.yml makes under a dsc_root
+    (shared / "ssd").mkdir(parents=True, exist_ok=True)
+    run = f"shared-root-{int(time.time())}"
+    r = playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", f"run_name={run}",
+                 "-e", "dsc_root=/shared/root", "-e", f"train_output_dir={tmp_path}")
+    text = " ".join(r.stdout.split())
+    assert r.returncode != 0, r.stdout[-3000:]
+    assert f"host {head}: its run directories' disk (<dsc_root>/runs) is also {', '.join(workers)}'s" in text, \
+        r.stdout[-3000:]
+    assert "set dsc_root to a node-local path on every node" in text
+    assert "TASK [train_stage" not in r.stdout and not (shared / "root" / "runs" / run).exists()
+    assert not list((shared / "root" / "runs").glob(".dsc-share-*")), "the preflight's markers must be removed"
+
+    run = f"shared-ssd-{int(time.time())}"
+    r = playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=20", "-e",
+                 "warmup_steps=2", "-e", f"run_name={run}", "-e", "local_ssd_dir=/shared/ssd",
+                 "-e", "launcher=ansible", "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert (f"local_ssd_dir is one shared storage for {', '.join(nodes)}: the data is prepared there once by {head} "
+            f"and read in place; nothing is copied to {', '.join(workers)}") in text, r.stdout[-4000:]
+    job = json.loads((tmp_path / run / "job.json").read_text())
+    art = f"/shared/ssd/data/{job['data_key']}"
+    for worker in workers:
+        assert f"{worker} reads the prepared data in place: {art} is on the storage it shares with {head}" in text
+        assert podman_exec(worker, "test", "-e", f"{RUNS}/{run}/copy-data-{worker}.log", check=False).returncode != 0
+    shown = r.stdout.split(SHOW_DATA_COPIES, 1)[1].split("TASK [", 1)[0]
+    assert "every worker holds the prepared data already" in shown, shown
+    assert (shared / "ssd" / "data" / job["data_key"] / "MANIFEST").is_file()
+    assert not list((shared / "ssd").glob(".dsc-share-*")), "the preflight's markers must be removed"
+    m = json.loads((tmp_path / run / "metrics.json").read_text())
+    assert m["world_size"] == sum(slots.values()) and {r["hostname"] for r in m["ranks"]} == set(nodes)
+    assert m["steps"] == 20 and m["last_loss"] < m["first_loss"], m
+
+
 def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
     """worker-1 gets new ssh host keys (as a reinstalled node, or another machine at its address, would): the
     playbooks' rsync copies from the head (train_stage's stage_copy and a plain ansible.posix.synchronize, both with

@@ -11,12 +11,14 @@ IN.json for ``nodes``::
      "reports": {"head-1": <the node_report module's result (roles/cluster_check/library)>, ...},
      "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/node/rank_status.py processes (train.yml)
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null,
-     "checkpoints": the plan's checkpoints ({bytes, kept, peak}) or null, "checkpoint_space_refuses": true}
+     "checkpoints": the plan's checkpoints ({bytes, kept, peak}) or null, "checkpoint_space_refuses": true,
+     "shares": {"local_ssd_dir": {"worker-1": ["head-1", "worker-1"], ...}, "runs_dir": {...}}}  # see shared_dirs
 
 IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5,
 "gpu_relative": 0.8} (relative: pairs of nodes against the fastest pair; gpu_relative: pairs of GPUs of a node).
 
-Prints the table (and warnings, prefixed ``warning:``) on stdout. Each problem is one line on stderr,
+Prints the table (and notes, and warnings prefixed ``warning:``) on stdout (``--json``: as {"text": ..., "in_place":
+[the nodes that read the head's local_ssd_dir in place]}). Each problem is one line on stderr,
 ``host <name>: <what is wrong>; <how to fix>``, and the exit status is 2 when there is any; 0 otherwise.
 """
 
@@ -102,16 +104,22 @@ def table(header, rows):
     return "\n".join([line(header), line(["-" * width for width in widths])] + [line(row) for row in rows])
 
 
-def disks(reports, hosts, min_free_bytes):
+def disks(reports, hosts, min_free_bytes, in_place=()):
     """Node-local paths: on a network file system -> problem; local_ssd_dir with less than ``min_free_bytes``
     (bytes) free -> problem; no working POSIX locks in HOME or an HF cache -> warning.
+
+    ``in_place``: the nodes whose local_ssd_dir is the head's (one storage, shared_dirs()): the data is read there in
+    place, so local_ssd_dir and the caches under it may be on a network file system on those nodes.
     Returns (problems, warnings), lists of one-line messages."""
     problems, warnings = [], []
     for host in hosts:
         paths = reports[host].get("paths") or {}
+        ssd_root = ((paths.get("local_ssd_dir") or {}).get("path") or "").rstrip("/")
         for name in LOCAL_PATHS:
             info = paths.get(name)
-            if info and info.get("network"):
+            shared_ok = host in in_place and ssd_root and (
+                (info or {}).get("path", "") + "/").startswith(ssd_root + "/")
+            if info and info.get("network") and not shared_ok:
                 problems.append(
                     "host %s: %s %s is on %s (%s), shared by every node and every rank; point local_ssd_dir at a "
                     "node-local disk (node_env puts HF_HOME, HF_DATASETS_CACHE and TORCH_EXTENSIONS_DIR under it) "
@@ -130,6 +138,42 @@ def disks(reports, hosts, min_free_bytes):
                     "there; the job keeps its caches on local_ssd_dir, keep your own caches off it too"
                     % (host, name, info["path"], info["fs"], info.get("mount")))
     return problems, warnings
+
+
+def shared_dirs(hosts, head, shares):
+    """Which nodes share local_ssd_dir and the run directories' parent, from the preflight's markers.
+
+    Args: hosts: the nodes, head first; head: the head's name; shares: {"local_ssd_dir" | "runs_dir": {node: [the
+    nodes whose marker that node saw in its own directory of that name, itself included]}} (a name or node absent:
+    not looked at).
+    Returns (in_place, problems, notes): in_place is the list of nodes that see the head's local_ssd_dir (the head
+    first; empty when no worker does): the staging copies nothing to those workers, they read the head's prepared data
+    in place. Problems (one line each): a run-directory parent shared by two nodes (every node writes its own files
+    and checkpoint part under the same names there, and the copy of -e resume='s checkpoint replaces a node's own);
+    workers that share a local_ssd_dir among themselves but not with the head (the staging would write their one
+    copy from two sources at once). Notes: a line naming the nodes that read the data in place."""
+    problems, notes = [], []
+    runs = shares.get("runs_dir") or {}
+    for host in hosts:
+        others = [n for n in runs.get(host) or [] if n != host]
+        if others:
+            problems.append("host %s: its run directories' disk (<dsc_root>/runs) is also %s's (one shared file "
+                            "system): every node keeps its own run directory there, under the same names; set dsc_root "
+                            "to a node-local path on every node" % (host, ", ".join(others)))
+    ssd = shares.get("local_ssd_dir") or {}
+    in_place = [n for n in hosts if n != head and head in (ssd.get(n) or [])]
+    for host in hosts:
+        seen = [n for n in ssd.get(host) or [] if n != host]
+        if host != head and seen and head not in seen:
+            problems.append("host %s: its local_ssd_dir is also %s's (one shared file system) but not the head %s's: "
+                            "the data would be staged onto it from two nodes at once; give every node its own "
+                            "local_ssd_dir, or put the head's on that storage too (then it is read in place)"
+                            % (host, ", ".join(seen), head))
+    if in_place:
+        in_place = [head] + in_place
+        notes.append("local_ssd_dir is one shared storage for %s: the data is prepared there once by %s and read in "
+                     "place; nothing is copied to %s" % (", ".join(in_place), head, ", ".join(in_place[1:])))
+    return in_place, problems, notes
 
 
 def _size(nbytes):
@@ -223,7 +267,9 @@ def check_nodes(data):
     for host in hosts:  # the runs still running there (train/node/rank_status.py processes), which busy() judges
         reports[host]["runs"] = (data.get("runs") or {}).get(host) or {}
     rows, problems = parity(reports, hosts, head)
-    disk_problems, warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0))
+    in_place, share_problems, notes = shared_dirs(hosts, head, data.get("shares") or {})
+    problems += share_problems
+    disk_problems, warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0), in_place)
     problems += disk_problems
     problems += launcher(reports, head, bool(data.get("multi_node")), data.get("launcher") or "pdsh")
     problems += job_needs(reports, hosts, data.get("job"))
@@ -234,7 +280,8 @@ def check_nodes(data):
     if data.get("run_name"):
         problems += busy(reports, hosts, head, data["run_name"], data.get("master_port"))
     text = table(["node"] + [title for title, _, _ in PARITY], rows)
-    return "\n".join([text] + ["warning: " + w for w in warnings]), problems
+    data["in_place"] = in_place  # main(--json) gives it to the staging
+    return "\n".join([text] + notes + ["warning: " + w for w in warnings]), problems
 
 
 def _gpu_health(gpus, relative):
@@ -313,11 +360,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["nodes", "health"])
     parser.add_argument("--input", required=True)
+    parser.add_argument("--json", action="store_true",
+                        help='stdout is {"text": the table, "in_place": shared_dirs()\'s nodes (nodes only)}')
     args = parser.parse_args(argv)
     with open(args.input, encoding="utf-8") as handle:
         data = json.load(handle)
     text, problems = (check_nodes if args.what == "nodes" else check_health)(data)
-    print(text)
+    print(json.dumps({"text": text, "in_place": data.get("in_place") or []}) if args.json else text)
     for problem in problems:
         print(problem, file=sys.stderr)
     return 2 if problems else 0

@@ -159,6 +159,62 @@ def test_datasets_cache_on_nfs_is_refused_and_broken_locks_warned(real_report):
     assert len(warnings) == 1 and warnings[0].startswith("host worker-1: file locks do not work in HOME ~ (nfs")
 
 
+def test_a_local_ssd_dir_the_workers_share_with_the_head_is_read_in_place_even_on_nfs(real_report):
+    """The markers every node saw (preflight.yml): workers that see the head's local_ssd_dir read it in place; their
+    local_ssd_dir and the caches under it may be on NFS then, a worker's own NFS cache outside it still may not."""
+    hosts = ["head-1", "worker-1", "worker-2"]
+    shares = {"local_ssd_dir": {"head-1": hosts, "worker-1": hosts, "worker-2": ["worker-2"]},
+              "runs_dir": {h: [h] for h in hosts}}
+    in_place, problems, notes = preflight.shared_dirs(hosts, "head-1", shares)
+    assert in_place == ["head-1", "worker-1"] and problems == []
+    assert notes == ["local_ssd_dir is one shared storage for head-1, worker-1: the data is prepared there once by "
+                     "head-1 and read in place; nothing is copied to worker-1"]
+    reports = cluster(real_report, *hosts)
+    for host in hosts:
+        ssd = reports[host]["paths"]["local_ssd_dir"]["path"]
+        for name in ("local_ssd_dir", "HF_HOME", "HF_DATASETS_CACHE"):
+            reports[host]["paths"][name].update(fs="nfs4", network=True, mount="/shared")
+        reports[host]["paths"]["TORCH_EXTENSIONS_DIR"].update(path="/home/x/.cache/torch_extensions", fs="nfs4",
+                                                              network=True, mount="/home")
+        assert reports[host]["paths"]["HF_HOME"]["path"].startswith(ssd + "/")
+    problems, _ = preflight.disks(reports, hosts, 0, in_place)
+    assert sorted((p.split(":")[0], p.split()[2]) for p in problems) == [
+        ("host head-1", "TORCH_EXTENSIONS_DIR"), ("host worker-1", "TORCH_EXTENSIONS_DIR"),
+        ("host worker-2", "HF_DATASETS_CACHE"), ("host worker-2", "HF_HOME"), ("host worker-2", "TORCH_EXTENSIONS_DIR"),
+        ("host worker-2", "local_ssd_dir")]
+
+
+def test_shared_run_directories_and_workers_sharing_without_the_head_are_refused():
+    hosts = ["head-1", "worker-1", "worker-2", "worker-3"]
+    shares = {"local_ssd_dir": {"head-1": ["head-1"], "worker-1": ["worker-1"], "worker-2": ["worker-2", "worker-3"],
+                                "worker-3": ["worker-2", "worker-3"]},
+              "runs_dir": {"head-1": ["head-1", "worker-1"], "worker-1": ["head-1", "worker-1"],
+                           "worker-2": ["worker-2"], "worker-3": ["worker-3"]}}
+    in_place, problems, notes = preflight.shared_dirs(hosts, "head-1", shares)
+    assert in_place == [] and notes == []
+    assert [p.split(":")[0] for p in problems] == ["host head-1", "host worker-1", "host worker-2", "host worker-3"]
+    assert "run directories' disk (<dsc_root>/runs) is also worker-1's" in problems[0]
+    assert "set dsc_root to a node-local path" in problems[1]
+    assert problems[2].startswith("host worker-2: its local_ssd_dir is also worker-3's (one shared file system) but "
+                                  "not the head head-1's")
+    # nothing looked at (one node, or check.yml before this check existed): nothing to say
+    assert preflight.shared_dirs(hosts, "head-1", {}) == ([], [], [])
+
+
+def test_the_judge_gives_the_nodes_that_read_in_place_as_json(real_report, tmp_path):
+    hosts = ["head-1", "worker-1"]
+    data = {"head": "head-1", "hosts": hosts, "multi_node": True, "launcher": "ansible", "min_free_bytes": 0,
+            "probes": {h: {} for h in hosts}, "reports": {h: real_report for h in hosts},
+            "shares": {"local_ssd_dir": {h: hosts for h in hosts}}}
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(data))
+    proc = subprocess.run([sys.executable, os.path.join(FILES, "preflight.py"), "nodes", "--json", "--input",
+                           str(path)], capture_output=True, text=True, check=False)
+    out = json.loads(proc.stdout)
+    assert out["in_place"] == ["head-1", "worker-1"], proc.stderr
+    assert "read in place; nothing is copied to worker-1" in out["text"]
+
+
 def test_too_little_free_space_is_refused(real_report):
     reports = cluster(real_report, "head-1")
     reports["head-1"]["paths"]["local_ssd_dir"]["free_bytes"] = 2 * 10 ** 9

@@ -14,7 +14,7 @@ _REPO = str(Path(__file__).resolve().parents[3])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from train.controller.progress import SLURM_ENDED, slurm_record  # noqa: E402
+from train.controller.progress import SCONTROL_JOBS_ARGS, SLURM_ENDED, sacct_args, slurm_record  # noqa: E402
 
 #: what each of Slurm's end states means for the run, in words (squeue(1)/sacct(1) "JOB STATE CODES")
 STATE_MEANS = {
@@ -66,6 +66,17 @@ def slurm_job_end(scontrol, sacct, name):
     return text + (f": {means}. " if means else ". ")
 
 
+def slurm_record_argv(what, name=""):
+    """The argv that reads Slurm's record of the jobs, the one the follower reads too (train.controller.progress):
+    ``"scontrol"``: every job slurmctld holds, one line each; ``"sacct"``: the jobs named ``name`` in accounting.
+    Raises ValueError for another ``what``."""
+    if what == "scontrol":
+        return list(SCONTROL_JOBS_ARGS)
+    if what == "sacct":
+        return sacct_args(name)
+    raise ValueError(f"slurm_record_argv: what must be scontrol or sacct, got {what!r}")
+
+
 class FilterModule:
     def filters(self):
-        return {"slurm_job_end": slurm_job_end}
+        return {"slurm_job_end": slurm_job_end, "slurm_record_argv": slurm_record_argv}

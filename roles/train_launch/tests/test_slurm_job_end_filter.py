@@ -5,6 +5,8 @@ for a batch job that exited 3 on the cluster scenario's Slurm)."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 _SPEC = importlib.util.spec_from_file_location(
     "slurm_job_end_filter", Path(__file__).resolve().parents[1] / "filter_plugins" / "slurm_job_end.py")
 _MOD = importlib.util.module_from_spec(_SPEC)
@@ -71,3 +73,13 @@ def test_nothing_is_said_when_slurm_knows_no_such_job():
 def test_a_job_that_has_not_ended_is_not_told_as_its_end():
     for state in ("RUNNING", "COMPLETING", "PENDING"):
         assert slurm_job_end(_res(FAILED.replace("JobState=FAILED", f"JobState={state}")), None, "probe-fail") == ""
+
+
+def test_the_record_is_read_with_the_followers_own_argv():
+    """follow.yml reads Slurm's record with the argv the follower (train.controller.progress) reads it with."""
+    from train.controller import progress
+    assert _MOD.slurm_record_argv("scontrol") == progress.SCONTROL_JOBS_ARGS == ["scontrol", "--oneliner", "show", "job"]
+    argv = _MOD.slurm_record_argv("sacct", "bert-1")
+    assert argv == progress.sacct_args("bert-1") and argv[0] == "sacct" and "--name=bert-1" in argv
+    with pytest.raises(ValueError, match="scontrol or sacct"):
+        _MOD.slurm_record_argv("squeue")
