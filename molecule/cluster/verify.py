@@ -471,6 +471,61 @@ def test_a_local_ssd_dir_the_nodes_share_is_read_in_place_and_shared_run_directo
     assert m["steps"] == 20 and m["last_loss"] < m["first_loss"], m
 
 
+def test_a_run_inside_a_slurm_allocation_goes_to_the_nodes_slurm_chose(tmp_path, monkeypatch):
+    """An allocation of two whole nodes, head-1 excluded (salloc --no-shell on the head, as a user does before
+    `salloc ... ansible-playbook`; its job id in SLURM_JOB_ID, as salloc gives its command): train.yml -e
+    launcher=slurm runs on the nodes Slurm chose, the first of them its head (rank 0, the data prepared there, the
+    results from there), srun starting each node's launcher in that job; head-1 takes no part. The allocation
+    outlives the run (it is the user's); scancel ends it after."""
+    nodes, slots = inventory()
+    head = nodes[0]
+    got = podman_exec(head, "salloc", "--no-shell", "--nodes=2", f"--exclude={head}", "--exclusive",
+                      "--time=10", f"--job-name=alloc-{int(time.time())}", check=False)
+    granted = re.search(r"Granted job allocation (\d+)", got.stderr + got.stdout)
+    assert got.returncode == 0 and granted, got.stderr
+    jobid = granted.group(1)
+    try:
+        chosen = podman_exec(head, "squeue", "--noheader", f"--jobs={jobid}", "--format=%N").stdout.strip()
+        allocated = podman_exec(head, "scontrol", "show", "hostnames", chosen).stdout.split()
+        assert len(allocated) == 2 and head not in allocated, allocated
+        run_head = [n for n in nodes if n in allocated][0]
+        run = f"alloc-{int(time.time())}"
+        monkeypatch.setenv("SLURM_JOB_ID", jobid)
+        r = playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=20", "-e",
+                     "warmup_steps=2", "-e", f"run_name={run}", "-e", "launcher=slurm",
+                     "-e", f"train_output_dir={tmp_path}", "-e", "train_poll_seconds=2")
+        text = " ".join(r.stdout.split())
+        assert r.returncode == 0, r.stdout[-4000:]
+        assert (f"Slurm job {jobid} (the SLURM_JOB_ID of this ansible-playbook) holds {', '.join(allocated)}: the run "
+                f"goes there, srun starts it in the job, {run_head} is its head") in text, r.stdout[-4000:]
+        assert "Start slurm-node.sh once on every node of the allocation (srun --jobid" in r.stdout
+        m = json.loads((tmp_path / run / "metrics.json").read_text())
+        assert m["world_size"] == sum(slots[n] for n in allocated)
+        assert sorted({x["hostname"] for x in m["ranks"]}) == sorted(allocated)
+        assert m["steps"] == 20 and m["last_loss"] < m["first_loss"], m
+        lines = [ln for ln in (tmp_path / run / "hostfile").read_text().splitlines() if ln and not ln.startswith("#")]
+        assert lines == [f"{n} slots={slots[n]}" for n in nodes if n in allocated]
+        assert (tmp_path / run / "model" / "config.json").is_file()
+        assert podman_exec(head, "test", "-e", f"{RUNS}/{run}", check=False).returncode != 0, "head-1 took part"
+        # no job of its own was submitted (Slurm's job-completion log records every job, not a job's steps)
+        jobcomp = podman_exec(head, "cat", "/var/log/slurm/jobcomp.log").stdout
+        assert f" Name={run} " not in jobcomp
+        # the allocation is the user's: still running after the run
+        assert podman_exec(head, "squeue", "--noheader", f"--jobs={jobid}", "--format=%T").stdout.split() == ["RUNNING"]
+        for node in allocated:
+            assert processes_of(node, run) == [], node
+    finally:
+        podman_exec(head, "scancel", jobid, check=False)
+
+    # a job id that is no running allocation: one line, nothing planned
+    monkeypatch.setenv("SLURM_JOB_ID", jobid)
+    r = playbook("train.yml", "-e", "model=bert", "-e", "launcher=slurm", "-e", f"train_output_dir={tmp_path}")
+    text = " ".join(r.stdout.split())
+    assert r.returncode != 0 and f"-e launcher=slurm: Slurm job {jobid} (the SLURM_JOB_ID of this ansible-playbook) " \
+        "is not a running allocation of yours" in text, r.stdout[-3000:]
+    assert "TASK [train_plan" not in r.stdout
+
+
 def test_a_copy_to_a_node_whose_host_key_changed_is_refused(tmp_path):
     """worker-1 gets new ssh host keys (as a reinstalled node, or another machine at its address, would): the
     playbooks' rsync copies from the head (train_stage's stage_copy and a plain ansible.posix.synchronize, both with

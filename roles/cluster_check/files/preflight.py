@@ -109,7 +109,8 @@ def disks(reports, hosts, min_free_bytes, in_place=()):
     (bytes) free -> problem; no working POSIX locks in HOME or an HF cache -> warning.
 
     ``in_place``: the nodes whose local_ssd_dir is the head's (one storage, shared_dirs()): the data is read there in
-    place, so local_ssd_dir and the caches under it may be on a network file system on those nodes.
+    place, so local_ssd_dir and the caches under it may be on a network file system on those nodes, whose file locks
+    must then work there (a problem, not a warning).
     Returns (problems, warnings), lists of one-line messages."""
     problems, warnings = [], []
     for host in hosts:
@@ -126,6 +127,11 @@ def disks(reports, hosts, min_free_bytes, in_place=()):
                     "and do not override them in node_env_extra" % (host, name, info["path"], info["fs"],
                                                                     info.get("mount")))
         ssd = paths.get("local_ssd_dir")
+        if host in in_place and ssd and ssd.get("locks") is False:
+            problems.append("host %s: file locks do not work in local_ssd_dir %s (%s on %s), which it shares with "
+                            "other nodes: the caches there (HF datasets, torch.compile's) need them; mount it with "
+                            "working locks (NFSv4, or NFSv3 with lockd) or give every node a local_ssd_dir of its own"
+                            % (host, ssd["path"], ssd.get("fs"), ssd.get("mount")))
         if ssd and ssd.get("free_bytes") is not None and ssd["free_bytes"] < min_free_bytes:
             problems.append("host %s: local_ssd_dir %s has %.1f GB free, the check wants at least %.1f GB; free space "
                             "there or set cluster_check_min_free_gb" % (host, ssd["path"], ssd["free_bytes"] / 1e9,

@@ -18,6 +18,7 @@ status 0; 2 on bad arguments.
 import json
 import os
 import sys
+import time
 
 
 def _dirs(pairs):
@@ -30,10 +31,22 @@ def _dirs(pairs):
     return out
 
 
+STALE_S = 3600  # a marker of this node older than this is one an interrupted check left: removed by leave()
+STEM = ".dsc-share-"  # every marker's name starts with it (tasks/preflight.yml's prefix: STEM<check's name>.)
+
+
 def leave(prefix: str, node: str, dirs: dict) -> None:
-    """Write ``<dir>/<prefix><node>`` in every directory of ``dirs`` ({name: path}) that exists and is writable;
-    the others are left alone (the preflight's disk report names a missing or read-only one)."""
+    """Write ``<dir>/<prefix><node>`` in every directory of ``dirs`` ({name: path}) that exists and is writable
+    (the others are left alone: a node that leaves no marker shares nothing), and remove this node's markers of
+    checks that ended over STALE_S seconds ago without removing them."""
     for path in dirs.values():
+        try:
+            for entry in os.scandir(path):
+                if entry.name.startswith(STEM) and entry.name.endswith("." + node) and \
+                        entry.stat().st_mtime < time.time() - STALE_S:
+                    os.remove(entry.path)
+        except OSError:
+            pass
         try:
             with open(os.path.join(path, prefix + node), "w", encoding="utf-8") as handle:
                 handle.write(node + "\n")

@@ -182,6 +182,13 @@ def test_a_local_ssd_dir_the_workers_share_with_the_head_is_read_in_place_even_o
         ("host head-1", "TORCH_EXTENSIONS_DIR"), ("host worker-1", "TORCH_EXTENSIONS_DIR"),
         ("host worker-2", "HF_DATASETS_CACHE"), ("host worker-2", "HF_HOME"), ("host worker-2", "TORCH_EXTENSIONS_DIR"),
         ("host worker-2", "local_ssd_dir")]
+    # on the shared storage the caches need working file locks: a problem there, not a warning
+    reports["worker-1"]["paths"]["local_ssd_dir"]["locks"] = False
+    problems, _ = preflight.disks(reports, hosts, 0, in_place)
+    assert [p for p in problems if "file locks" in p] == [
+        "host worker-1: file locks do not work in local_ssd_dir %s (nfs4 on /shared), which it shares with other "
+        "nodes: the caches there (HF datasets, torch.compile's) need them; mount it with working locks (NFSv4, or "
+        "NFSv3 with lockd) or give every node a local_ssd_dir of its own" % reports["worker-1"]["paths"]["local_ssd_dir"]["path"]]
 
 
 def test_shared_run_directories_and_workers_sharing_without_the_head_are_refused():

@@ -2,12 +2,14 @@
 two of which have one directory (as an NFS export mounted on both) and one its own."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SOURCE = (Path(__file__).resolve().parents[1] / "files" / "share_markers.py").read_text()
-PREFIX = ".dsc-share-run1-"
+PREFIX = ".dsc-share-1733400000-5f3a."
 
 
 def marker(what, *args):
@@ -43,7 +45,16 @@ def test_another_checks_markers_and_bad_arguments():
     assert marker("peek", PREFIX, "head-1", "x=/tmp").returncode == 2
 
 
-def test_a_marker_of_another_run_is_not_seen(tmp_path):
-    (tmp_path / ".dsc-share-run2-worker-9").write_text("worker-9\n")
+def test_markers_of_other_checks_are_not_seen_and_this_nodes_old_ones_go(tmp_path):
+    """A check reads only its own markers; leave() removes the node's own markers that an interrupted check left
+    over an hour ago, and no other node's, nor a recent one (a check beside this one)."""
+    old, recent, other = (tmp_path / ".dsc-share-1-a.worker-9", tmp_path / ".dsc-share-2-b.worker-9",
+                          tmp_path / ".dsc-share-1-a.worker-8")
+    for path in (old, recent, other):
+        path.write_text("x\n")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    os.utime(other, (time.time() - 7200, time.time() - 7200))
     proc = marker("look", PREFIX, "head-1,worker-9", f"local_ssd_dir={tmp_path}")
     assert json.loads(proc.stdout) == {"local_ssd_dir": []}
+    assert marker("leave", PREFIX, "worker-9", f"local_ssd_dir={tmp_path}").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([recent.name, other.name, PREFIX + "worker-9"])
