@@ -43,6 +43,7 @@ lint: setup
 FILTER_TESTS := roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests/test_cuda_support_filter.py \
                 roles/train_launch/tests/test_run_failure_filter.py roles/train_launch/tests/test_slurm_refusal_filter.py \
                 roles/train_launch/tests/test_ungathered_filter.py roles/train_launch/tests/test_slurm_job_end_filter.py \
+                roles/train_launch/tests/test_slurm_allocation_filter.py \
                 roles/cluster_check/tests/test_master_listener.py roles/cluster_check/tests/test_ssh_logins.py \
                 roles/cluster_check/tests/test_share_markers.py \
                 roles/train_stage/tests/test_staging_tree_filter.py

@@ -3,6 +3,7 @@
 Run by `run.sh verify` (pytest) after `run.sh converge`, against the same containers and state directory.
 """
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -17,6 +18,12 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 from train.node.rank_status import run_of  # pytest.ini puts the repository on sys.path; one rule for a run's processes
+
+_spec = importlib.util.spec_from_file_location(
+    "slurm_allocation", REPO / "roles" / "train_launch" / "filter_plugins" / "slurm_allocation.py")
+_slurm_allocation = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_slurm_allocation)
+slurm_min_node_cpus = _slurm_allocation.slurm_min_node_cpus
 STATE = Path(os.environ.get("DSC_CLUSTER_STATE", "/var/tmp/dsc-cluster"))
 INVENTORY = HERE / "inventory"
 MODES = ["pdsh", "ansible"]
@@ -510,6 +517,17 @@ def test_a_run_inside_a_slurm_allocation_goes_to_the_nodes_slurm_chose(tmp_path,
         # no job of its own was submitted (Slurm's job-completion log records every job, not a job's steps)
         jobcomp = podman_exec(head, "cat", "/var/log/slurm/jobcomp.log").stdout
         assert f" Name={run} " not in jobcomp
+        assert (tmp_path / run / "slurm.out").is_file()  # srun's own lines, brought back
+        # srun gave each node's task the CPUs the job holds there: what the filter reads from Slurm's own details
+        details = podman_exec(head, "scontrol", "--oneliner", "--details", "show", "job", jobid).stdout
+        cpus = {int(podman_exec(head, "sinfo", "--noheader", "--Node", f"--nodes={n}", "--format=%c").stdout.split()[0])
+                for n in allocated}
+        assert slurm_min_node_cpus(details) == min(cpus), details
+        # -e attach= cannot follow a step: it says so and stops nothing
+        r = playbook("train.yml", "-e", f"attach={run}", "-e", f"train_output_dir={tmp_path}")
+        text = " ".join(r.stdout.split())
+        assert r.returncode != 0 and f"run {run} ran inside Slurm allocation {jobid}" in text, r.stdout[-3000:]
+        assert "Nothing was stopped." in text
         # the allocation is the user's: still running after the run
         assert podman_exec(head, "squeue", "--noheader", f"--jobs={jobid}", "--format=%T").stdout.split() == ["RUNNING"]
         for node in allocated:

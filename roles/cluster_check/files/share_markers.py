@@ -42,7 +42,8 @@ def leave(prefix: str, node: str, dirs: dict) -> None:
     for path in dirs.values():
         try:
             for entry in os.scandir(path):
-                if entry.name.startswith(STEM) and entry.name.endswith("." + node) and \
+                # STEM<check>.<node>: the check's name has no dot, the node's may
+                if entry.name.startswith(STEM) and entry.name[len(STEM):].partition(".")[2] == node and \
                         entry.stat().st_mtime < time.time() - STALE_S:
                     os.remove(entry.path)
         except OSError:

@@ -48,13 +48,14 @@ def test_another_checks_markers_and_bad_arguments():
 def test_markers_of_other_checks_are_not_seen_and_this_nodes_old_ones_go(tmp_path):
     """A check reads only its own markers; leave() removes the node's own markers that an interrupted check left
     over an hour ago, and no other node's, nor a recent one (a check beside this one)."""
-    old, recent, other = (tmp_path / ".dsc-share-1-a.worker-9", tmp_path / ".dsc-share-2-b.worker-9",
-                          tmp_path / ".dsc-share-1-a.worker-8")
-    for path in (old, recent, other):
+    old, recent, other, dotted = (tmp_path / ".dsc-share-1-a.worker-9", tmp_path / ".dsc-share-2-b.worker-9",
+                                  tmp_path / ".dsc-share-1-a.worker-8", tmp_path / ".dsc-share-1-a.gpu1.worker-9")
+    for path in (old, recent, other, dotted):
         path.write_text("x\n")
-    os.utime(old, (time.time() - 7200, time.time() - 7200))
-    os.utime(other, (time.time() - 7200, time.time() - 7200))
+    for path in (old, other, dotted):
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
     proc = marker("look", PREFIX, "head-1,worker-9", f"local_ssd_dir={tmp_path}")
     assert json.loads(proc.stdout) == {"local_ssd_dir": []}
     assert marker("leave", PREFIX, "worker-9", f"local_ssd_dir={tmp_path}").returncode == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([recent.name, other.name, PREFIX + "worker-9"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([recent.name, other.name, dotted.name,
+                                                                 PREFIX + "worker-9"])
