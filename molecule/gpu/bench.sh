@@ -8,7 +8,7 @@
 # (python -m train.tools.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
-# gpt2 gpt2-regional"; also bert-m256, gpt2-m128; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
+# gpt2 gpt2-regional"; also bert-attn0 (BERT's attention dropout off), bert-m256, gpt2-m128; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
@@ -117,6 +117,11 @@ bench_run blog "bert, the blog's recipe" "bench-bert-blog-$STAMP" "" "${BERT[@]}
 bench_run bert "bert defaults" "bench-bert-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 "${COMMON[@]}"
 bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-bert-warm-$STAMP" "" "${BERT[@]}" \
   -e max_steps=40 "${COMMON[@]}"
+# BERT's attention dropout (0.1) off, as MosaicBERT and ModernBERT pre-train: cuDNN's attention without the dropout
+# mask (BERT's attention kernels ran at ~190 TFLOP/s with it, docs/benchmarks/gpu-2026-12-05b.md); a recipe change,
+# not a default: its loss beside the defaults' is in the report's settings lines
+bench_run bert-attn0 "bert, attention dropout 0" "bench-bert-attn0-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 \
+  "${COMMON[@]}" -e '{"model_config": {"attention_probs_dropout_prob": 0.0}}'
 bench_run bert-whole "bert defaults, whole-model compile" "bench-bert-whole-$STAMP" "12:13" "${BERT[@]}" \
   -e max_steps=60 "${COMMON[@]}" -e regional_compilation=false
 bench_run bert-m256 "bert, micro 256 x 1" "bench-bert-m256-$STAMP" "" "${BERT[@]}" -e max_steps=40 "${COMMON[@]}" \
