@@ -1,0 +1,105 @@
+"""A run's directory on a node, made ready for its launch in one step (roles/train_stage, code.yml).
+
+``python -m train.node.run_dir --run-dir RUN_DIR --output-dir OUTPUT_DIR`` with ``{"job.json": "<text>", ...}`` on
+stdin: creates RUN_DIR (mode 0755, parents too), removes what an earlier attempt of the run (``-e resume=``) or an
+earlier run of the same name left that this run's checks would take for its own -- ``RUN_DIR/ranks/`` (the rank status
+files of train/node/rank_status.py: the liveness and rendezvous checks would count a killed rank as dead, a stale
+start as a late rank) and ``OUTPUT_DIR/progress.jsonl`` and ``OUTPUT_DIR/metrics.json`` (the follower's records) --
+and writes each file of stdin into RUN_DIR (mode 0644; written to a temporary file beside it and renamed into place:
+a rank never reads half a file; left alone when its content is already that). The output directory's other files
+(checkpoints) stay. Prints one JSON object: ``{"changed": bool, "created": bool, "removed": [paths], "written":
+[names]}``.
+
+One task instead of a directory, a removal and a copy per file: each module run costs 0.3-0.5 s on a GPU node
+(docs/benchmarks/gpu-2026-12-05c.md), and these ran before every launch. Standard library only; nothing happens at
+import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+#: what an earlier attempt or run of the same name leaves that this run's checks would read as its own
+STALE_IN_RUN_DIR = ("ranks",)
+STALE_IN_OUTPUT_DIR = ("progress.jsonl", "metrics.json")
+
+
+def _write(path: Path, text: str) -> bool:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory and a rename, mode 0644.
+
+    Returns False, writing nothing, when the file already holds exactly ``text``."""
+    data = text.encode("utf-8")
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def prepare(run_dir: str | Path, output_dir: str | Path, files: dict[str, str]) -> dict:
+    """Make ``run_dir`` ready for a launch: create it, remove the stale records (:data:`STALE_IN_RUN_DIR` in it,
+    :data:`STALE_IN_OUTPUT_DIR` in ``output_dir``), write ``files`` ({file name: text}) into it.
+
+    Returns ``{"changed", "created", "removed", "written"}``: whether anything changed, whether the directory was
+    created, the paths removed, the names written (unchanged files are not).
+
+    Raises:
+        ValueError: a file name that is not a plain name in the run directory (a path separator, ``.`` or ``..``).
+        OSError: the directory cannot be created or written (permissions, a full disk).
+    """
+    run = Path(run_dir)
+    for name in files:
+        if not name or name in (".", "..") or "/" in name or os.sep in name:
+            raise ValueError(f"{name!r} is not a file name in the run directory")
+    created = not run.is_dir()
+    run.mkdir(mode=0o755, parents=True, exist_ok=True)
+    removed = []
+    for path in [run / n for n in STALE_IN_RUN_DIR] + [Path(output_dir) / n for n in STALE_IN_OUTPUT_DIR]:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        removed.append(str(path))
+    written = [name for name, text in files.items() if _write(run / name, text)]
+    return {"changed": bool(created or removed or written), "created": created, "removed": removed,
+            "written": written}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: the files as one JSON object on stdin; prints :func:`prepare`'s result as JSON. Exit 2 with one
+    ``error: ...`` line on bad input or a directory that cannot be written."""
+    parser = argparse.ArgumentParser(prog="python -m train.node.run_dir", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--output-dir", required=True)
+    args = parser.parse_args(argv)
+    try:
+        files = json.load(sys.stdin)
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise ValueError("stdin must be one JSON object of file name -> text")
+        print(json.dumps(prepare(args.run_dir, args.output_dir, files)))
+    except (ValueError, OSError) as e:
+        print(f"error: {args.run_dir}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
