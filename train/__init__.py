@@ -5,7 +5,8 @@
 * ``train.controller``: the machine that runs ansible-playbook -- the plan, the ``auto`` policy, the DeepSpeed
   config, a user script's arguments, the launch command, the followers' helpers. Imports no torch.
 * ``train.data``: data preparation on the head and its verification on every node.
-* ``train.node``: every node -- checkpoints (latest, gather, supervise) and the rank status files.
+* ``train.node``: every node -- the run directory made ready, checkpoints (latest, gather, supervise) and the rank
+  status files.
 * ``train.rank``: every rank -- the entries ``train.rank.pretrain`` and ``train.rank.run_script`` and their runtime.
 * ``train.tools``: development tools (the GPU benchmark's report); never staged to a node.
 

@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 
 
-def write_json_atomic(path, obj):
-    """Write `obj` as indented JSON to `path` atomically: a temp file in the same dir, fsync, os.replace.
+def write_text_atomic(path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically: a temp file in the same dir, fsync, os.replace.
 
     Readers see the old file or the new one, never half of one. The file gets mode 0644. Raises OSError.
     """
@@ -16,8 +16,7 @@ def write_json_atomic(path, obj):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(obj, handle, indent=2)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
@@ -26,3 +25,11 @@ def write_json_atomic(path, obj):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path, obj):
+    """Write `obj` as indented JSON (and a newline) to `path` atomically (:func:`write_text_atomic`).
+
+    Readers see the old file or the new one, never half of one. The file gets mode 0644. Raises OSError.
+    """
+    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """A run's directory on a node, made ready for its launch in one step (roles/train_stage, code.yml).
 
 ``python -m train.node.run_dir --run-dir RUN_DIR --output-dir OUTPUT_DIR`` with ``{"job.json": "<text>", ...}`` on
-stdin: creates RUN_DIR (mode 0755, parents too), removes what an earlier attempt of the run (``-e resume=``) or an
+stdin: creates RUN_DIR (mode 0755 whatever the umask, parents too), removes what an earlier attempt of the run (``-e resume=``) or an
 earlier run of the same name left that this run's checks would take for its own -- ``RUN_DIR/ranks/`` (the rank status
 files of train/node/rank_status.py: the liveness and rendezvous checks would count a killed rank as dead, a stale
 start as a late rank) and ``OUTPUT_DIR/progress.jsonl`` and ``OUTPUT_DIR/metrics.json`` (the follower's records) --
@@ -11,8 +11,8 @@ a rank never reads half a file; left alone when its content is already that). Th
 [names]}``.
 
 One task instead of a directory, a removal and a copy per file: each module run costs 0.3-0.5 s on a GPU node
-(docs/benchmarks/gpu-2026-12-05c.md), and these ran before every launch. Standard library only; nothing happens at
-import.
+(docs/benchmarks/gpu-2026-12-05c.md), and these ran before every launch. Runs as a module from the staged code (it
+imports train.common); nothing happens at import.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
+
+from train.common.jsonio import write_text_atomic
 
 #: what an earlier attempt or run of the same name leaves that this run's checks would read as its own
 STALE_IN_RUN_DIR = ("ranks",)
@@ -31,24 +32,17 @@ STALE_IN_OUTPUT_DIR = ("progress.jsonl", "metrics.json")
 
 
 def _write(path: Path, text: str) -> bool:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory and a rename, mode 0644.
-
-    Returns False, writing nothing, when the file already holds exactly ``text``."""
-    data = text.encode("utf-8")
+    """Write ``text`` to ``path`` (:func:`train.common.jsonio.write_text_atomic`: a temporary file beside it and a
+    rename, mode 0644). Returns False, writing nothing, when the file already holds exactly ``text`` with mode 0644."""
     try:
-        if path.read_bytes() == data:
-            return False
+        if path.read_bytes() == text.encode("utf-8"):
+            if path.stat().st_mode & 0o777 == 0o644:
+                return False
+            os.chmod(path, 0o644)
+            return True
     except FileNotFoundError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
     return True
 
 
@@ -57,7 +51,8 @@ def prepare(run_dir: str | Path, output_dir: str | Path, files: dict[str, str]) 
     :data:`STALE_IN_OUTPUT_DIR` in ``output_dir``), write ``files`` ({file name: text}) into it.
 
     Returns ``{"changed", "created", "removed", "written"}``: whether anything changed, whether the directory was
-    created, the paths removed, the names written (unchanged files are not).
+    created (or its mode set to 0755), the paths removed, the names written (files whose text and mode 0644 were
+    already right are not). The run directory and the parents it creates get mode 0755 whatever the umask.
 
     Raises:
         ValueError: a file name that is not a plain name in the run directory (a path separator, ``.`` or ``..``).
@@ -68,7 +63,12 @@ def prepare(run_dir: str | Path, output_dir: str | Path, files: dict[str, str]) 
         if not name or name in (".", "..") or "/" in name or os.sep in name:
             raise ValueError(f"{name!r} is not a file name in the run directory")
     created = not run.is_dir()
-    run.mkdir(mode=0o755, parents=True, exist_ok=True)
+    missing = [d for d in [run, *run.parents] if not d.exists()]
+    run.mkdir(parents=True, exist_ok=True)
+    for d in [run, *missing]:  # 0755 whatever the umask, as Ansible's file module sets it
+        if d.stat().st_mode & 0o777 != 0o755:
+            os.chmod(d, 0o755)
+            created = True
     removed = []
     for path in [run / n for n in STALE_IN_RUN_DIR] + [Path(output_dir) / n for n in STALE_IN_OUTPUT_DIR]:
         if path.is_dir() and not path.is_symlink():

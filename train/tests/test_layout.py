@@ -19,7 +19,7 @@ RULES = {
     "common": (set(), True),
     "controller": ({"common", "node"}, False),
     "data": ({"common"}, True),
-    "node": (set(), True),
+    "node": ({"common"}, True),  # rank_status.py runs as a plain script too: it imports none (its own test)
     "rank": ({"common", "node"}, True),
     "tools": (None, False),  # a developer's tool: may import anything
     "tests": (None, False),
@@ -62,6 +62,13 @@ def test_every_module_lives_in_a_package_with_rules():
     loose = [name for name in modules() if name != "train" and (name.count(".") < 1 or package(name) not in RULES)]
     assert not loose, f"modules outside the run-site packages: {loose}"
     assert (TRAIN / "rank").is_dir() and len(modules()) > 20, "the tree was not read"
+
+
+def test_the_node_module_that_runs_as_a_plain_script_imports_nothing_of_train():
+    """roles/cluster_check and roles/train_launch run train/node/rank_status.py from its source on ``python -``'s stdin,
+    where no ``train`` package is importable."""
+    assert train_imports(TRAIN / "node" / "rank_status.py") == set()
+    assert train_imports(TRAIN / "node" / "run_dir.py") == {"train.common.jsonio"}, "the rule's own check reads nothing"
 
 
 @pytest.mark.parametrize("name", [n for n in modules() if n.count(".") >= 2])

@@ -64,3 +64,17 @@ def test_the_command_line_reads_stdin_and_says_what_changed(tmp_path):
     assert json.loads(p.stdout)["written"] == ["job.json"]
     bad = subprocess.run(cmd, input="[1]", capture_output=True, text=True, env=env, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.startswith(f"error: {tmp_path / 'r'}: stdin must be one JSON object")
+
+
+def test_modes_are_set_whatever_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        run = tmp_path / "runs" / "r1"
+        run_dir.prepare(run, run / "output", {"job.json": "j"})
+    finally:
+        os.umask(old)
+    assert oct(run.stat().st_mode & 0o777) == "0o755" and oct(run.parent.stat().st_mode & 0o777) == "0o755"
+    assert oct((run / "job.json").stat().st_mode & 0o777) == "0o644"
+    (run / "job.json").chmod(0o600)
+    assert run_dir.prepare(run, run / "output", {"job.json": "j"})["written"] == ["job.json"]
+    assert oct((run / "job.json").stat().st_mode & 0o777) == "0o644"
