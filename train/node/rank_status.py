@@ -35,6 +35,9 @@ import threading
 import time
 from pathlib import Path
 
+#: the directory of a run directory that holds the rank status files (removed before a new attempt: train/node/run_dir.py)
+RANKS_DIR = "ranks"
+
 _PATH: Path | None = None
 _STATE: dict = {}
 
@@ -92,7 +95,7 @@ def record_start(rank: int, world_size: int, local_rank: int, host: str, job_fil
     if not job_file:
         return None
     try:
-        ranks = Path(job_file).parent / "ranks"
+        ranks = Path(job_file).parent / RANKS_DIR
         ranks.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
@@ -311,7 +314,7 @@ def check_nodes(nodes: list[dict], runs_dir: str, run: str, timeout_s: float = 5
         host = node["host"]
         if node.get("local"):
             out[host] = {"answered": True, "error": "",
-                         "ranks": read_node(Path(runs_dir) / run / "ranks", node["first"], node["count"])}
+                         "ranks": read_node(Path(runs_dir) / run / RANKS_DIR, node["first"], node["count"])}
             continue
         remote = " ".join(["cd", shlex.quote(node["code_dir"]), "&&", shlex.quote(node["python"]), "-m",
                            "train.node.rank_status", "read", shlex.quote(runs_dir), shlex.quote(run),
@@ -404,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     what, rest = (args[0], args[1:]) if args else ("", [])
     try:
         if what == "read" and len(rest) == 4:
-            result = read_node(Path(rest[0]) / rest[1] / "ranks", int(rest[2]), int(rest[3]))
+            result = read_node(Path(rest[0]) / rest[1] / RANKS_DIR, int(rest[2]), int(rest[3]))
         elif what == "processes" and len(rest) in (1, 2):
             result = run_processes(rest[0], rest[1] if len(rest) == 2 else None)
         elif what == "stop" and len(rest) == 2:

@@ -25,9 +25,10 @@ import sys
 from pathlib import Path
 
 from train.common.jsonio import write_text_atomic
+from train.node.rank_status import RANKS_DIR
 
 #: what an earlier attempt or run of the same name leaves that this run's checks would read as its own
-STALE_IN_RUN_DIR = ("ranks",)
+STALE_IN_RUN_DIR = (RANKS_DIR,)
 STALE_IN_OUTPUT_DIR = ("progress.jsonl", "metrics.json")
 
 
@@ -60,7 +61,7 @@ def prepare(run_dir: str | Path, output_dir: str | Path, files: dict[str, str]) 
     """
     run = Path(run_dir)
     for name in files:
-        if not name or name in (".", "..") or "/" in name or os.sep in name:
+        if not name or name in (".", "..") or "/" in name:
             raise ValueError(f"{name!r} is not a file name in the run directory")
     created = not run.is_dir()
     missing = [d for d in [run, *run.parents] if not d.exists()]
@@ -95,8 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise ValueError("stdin must be one JSON object of file name -> text")
         print(json.dumps(prepare(args.run_dir, args.output_dir, files)))
-    except (ValueError, OSError) as e:
+    except ValueError as e:
         print(f"error: {args.run_dir}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot make the run directory {args.run_dir} ready ({e.strerror or e}: "
+              f"{e.filename or args.run_dir}); a file in its place, its permissions or a full disk -- fix it on this "
+              "node or pick another -e run_name=", file=sys.stderr)
         return 2
     return 0
 

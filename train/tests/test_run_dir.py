@@ -78,3 +78,13 @@ def test_modes_are_set_whatever_the_umask(tmp_path):
     (run / "job.json").chmod(0o600)
     assert run_dir.prepare(run, run / "output", {"job.json": "j"})["written"] == ["job.json"]
     assert oct((run / "job.json").stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_file_in_place_of_the_run_directory_is_one_line_that_says_what_to_do(tmp_path):
+    (tmp_path / "r").write_text("not a directory")
+    p = subprocess.run([sys.executable, "-m", "train.node.run_dir", "--run-dir", str(tmp_path / "r"), "--output-dir",
+                        str(tmp_path / "r" / "output")], input="{}", capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"cannot make the run directory {tmp_path / 'r'} ready (File exists" in p.stderr
+    assert "-e run_name=" in p.stderr
