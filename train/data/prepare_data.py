@@ -69,8 +69,19 @@ WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 GPT2_SPECIALS = ["<|endoftext|>", "<pad>"]
 
+#: the line a preparation or a seal that succeeded ends with on stdout: the sha256 of the MANIFEST the head keeps, which
+#: each worker's copy is checked against (roles/train_stage reads it from the command's output: no second look at the
+#: file)
+MANIFEST_LINE = "MANIFEST sha256 {sha256} {path}"
+
 _T0 = time.monotonic()
 _PROGRESS_FILE: str | None = None  # --progress-file: every line is appended there too
+
+
+def manifest_line(manifest: Path) -> str:
+    """MANIFEST_LINE for the file ``manifest`` (its sha256, artifact.sha256_file). Raises OSError when it can't be
+    read."""
+    return MANIFEST_LINE.format(sha256=artifact.sha256_file(manifest), path=manifest)
 
 
 def say(msg: str) -> None:
@@ -463,7 +474,8 @@ def _say_batches(job: dict, meta: dict, world_size: int) -> None:
 
 
 def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, rehash: bool = False) -> int:
-    """Build (or find up to date) the artifact of the job file ``job_path`` at ``out``; returns 0.
+    """Build (or find up to date) the artifact of the job file ``job_path`` at ``out``; returns 0 after printing
+    MANIFEST_LINE for its MANIFEST (the last line on stdout).
 
     ``world_size`` (ranks, >= 1) only sizes the global batch in the corpus-size report (batch_report); it is not
     part of the artifact. The source's fingerprint is reused from the last run when its files kept their names,
@@ -497,6 +509,7 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
             say(f"{out} is up to date ({why}; same data settings and source); nothing to do")
             if hashed_at is not None:
                 corpus.record_fingerprint(source, stamp, fp, hashed_at)
+            print(manifest_line(artifact.manifest_path(out)), flush=True)
             return 0
         say(f"building {out}: {why}")
     stage = artifact.staging_dir(out)
@@ -554,6 +567,7 @@ def prepare(job_path: str, out: Path, force: bool = False, world_size: int = 1, 
     say(f"built {out}: {blocks} blocks x {settings['max_seq_length']} tokens = {meta['tokens']} tokens, "
         f"vocab {meta['vocab_size']}" + (f" of {meta['vocab_size_requested']} asked" if meta['vocab_size_requested']
                                          else ""))
+    print(manifest_line(artifact.manifest_path(out)), flush=True)
     return 0
 
 
@@ -568,8 +582,8 @@ def seal(root: Path, rehash: bool = False, beside: bool = False) -> int:
     """Give the directory ``root`` a MANIFEST of its files (artifact.write_manifest; with ``beside`` the file
     ``<root>.MANIFEST`` next to it, artifact.manifest_path), unless the one it has verifies
     (artifact.verify, quick unless ``rehash``), then verify it so that the verified stamp is written (the next
-    check of an unchanged directory hashes nothing). Prints one line: ``kept: ...`` or ``written: ...`` on stdout,
-    ``FAILED: ...`` on stderr. Returns 0, or 1 when ``root`` is not a directory, a file can't be read, or the
+    check of an unchanged directory hashes nothing). Prints ``kept: ...`` or ``written: ...`` then MANIFEST_LINE on
+    stdout, or one ``FAILED: ...`` line on stderr. Returns 0, or 1 when ``root`` is not a directory, a file can't be read, or the
     MANIFEST there is not one this module wrote (a user's own file of that name is never overwritten)."""
     if not root.is_dir():
         print(f"FAILED: {root}: not a directory; give the directory to seal", file=sys.stderr)
@@ -578,6 +592,7 @@ def seal(root: Path, rehash: bool = False, beside: bool = False) -> int:
     ok, why = artifact.verify(root, quick=not rehash, manifest=manifest)
     if ok:
         print(f"kept: {manifest}: {why}")
+        print(manifest_line(manifest))
         return 0
     if why.endswith("is malformed"):
         print(f"FAILED: {manifest} is not a MANIFEST this tool wrote ({why}), so it is not overwritten: if it is "
@@ -594,6 +609,7 @@ def seal(root: Path, rehash: bool = False, beside: bool = False) -> int:
         print(f"FAILED: {root}: {checked} right after writing the MANIFEST (a file changed meanwhile?)", file=sys.stderr)
         return 1
     print(f"written: {manifest} ({checked}; was: {why})")
+    print(manifest_line(manifest))
     return 0
 
 

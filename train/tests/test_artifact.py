@@ -52,6 +52,10 @@ def test_seal_writes_a_manifest_of_every_file_then_keeps_it_while_nothing_change
     again = seal(ckpt)
     assert again.returncode == 0 and again.stdout.startswith("kept: "), again
     assert (ckpt / "MANIFEST").stat().st_mtime_ns == written
+    # both end with the MANIFEST's sha256, which roles/train_stage hands the workers (no second read of the file)
+    digest = hashlib.sha256((ckpt / "MANIFEST").read_bytes()).hexdigest()
+    for res in (first, again):
+        assert res.stdout.splitlines()[-1] == f"MANIFEST sha256 {digest} {ckpt}/MANIFEST", res.stdout
 
 
 def test_seal_writes_the_manifest_anew_when_a_file_changed_or_went(tmp_path):

@@ -211,6 +211,9 @@ def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job
         # a node-side preflight failure (cluster_check) also stops before anything is written
         (["-e", "model=bert", "-e", "cluster_check_min_free_gb=100000000"],
          r"host localhost: local_ssd_dir \S+ has [\d.]+ GB free, the check wants at least 100000000.0 GB"),
+        # a node without the venv (not provisioned, or a wrong venv_dir): named with the fix, no interpreter error
+        (["-e", "model=bert", "-e", "model_size=tiny", "-e", "venv_dir={tmp}/novenv"],
+         r"Action failed: host localhost: \S+/novenv/bin/python is missing \(venv_dir\); provision the node first"),
     ],
 )
 def test_bad_input_stops_before_anything_runs(extra, expect, tmp_path):

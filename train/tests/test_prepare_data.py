@@ -5,6 +5,7 @@ Real corpora (the stdlib's pydoc topics), real tokenizer training, real save_to_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -86,6 +87,10 @@ def test_an_unchanged_source_is_not_hashed_again_and_a_changed_one_rebuilds(tmp_
     again = prepare_or_fail(job, art)
     assert "fingerprinting" not in again.stdout and "unchanged since fingerprinted" in again.stdout, again.stdout
     assert "is up to date" in again.stdout
+    # built or found up to date, the last line is the MANIFEST's sha256 (roles/train_stage's head_manifest)
+    digest = hashlib.sha256((art / "MANIFEST").read_bytes()).hexdigest()
+    for res in (first, again):
+        assert res.stdout.splitlines()[-1] == f"MANIFEST sha256 {digest} {art}/MANIFEST", res.stdout
 
     b = corpus / "b.txt"
     st = b.stat()
