@@ -387,12 +387,31 @@ def _is_kind(value, kind, nullable):
     return type(value) is {"int": int, "bool": bool, "str": str, "dict": dict}[kind] and value != ""
 
 
+#: model_config fields whose kind the name tells (transformers' names: BERT's hidden_dropout_prob, GPT-2's attn_pdrop,
+#: Llama's attention_dropout; num_hidden_layers, intermediate_size, n_embd, ...): checked here, before anything is
+#: staged, instead of by the rank's transformers config after staging. null leaves a field to transformers.
+_PROBABILITY_FIELD = re.compile(r"dropout|pdrop|_prob$")
+_COUNT_FIELD = re.compile(r"^num_|_size$|^n_(embd|layer|head|positions|inner|ctx)$|^max_position_embeddings$")
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _validate_model_config(job, where):
     config = job["model_config"]
     for field, value in config.items():
         if isinstance(value, (dict, list)):
             raise JobError(f"model_config.{field} must be a scalar, got {value!r}", where("model_config"),
                            "give model_config fields as numbers, strings, booleans or null")
+        if value is None:
+            continue
+        if _PROBABILITY_FIELD.search(field) and not (_number(value) and 0 <= value <= 1):
+            raise JobError(f"model_config.{field} must be a probability, a number from 0 to 1, got {value!r}",
+                           where("model_config"), f"give it as a number, e.g. -e '{{\"model_config\": {{\"{field}\": 0.1}}}}'")
+        if _COUNT_FIELD.search(field) and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise JobError(f"model_config.{field} must be an integer >= 1, got {value!r}", where("model_config"),
+                           "give it as a whole number (JSON, unquoted)")
     family = FAMILIES.get(job["model_type"])
     if family is None:
         return

@@ -95,6 +95,33 @@ def test_model_config_override_merges_into_the_size():
     assert job["model_config"]["hidden_size"] == 128
 
 
+@pytest.mark.parametrize("model,config,message", [
+    # what the rank's transformers config refused only after staging, now refused by the plan
+    ("bert", {"attention_probs_dropout_prob": "abc"}, "model_config.attention_probs_dropout_prob must be a probability"),
+    ("bert", {"hidden_dropout_prob": 1.5}, "model_config.hidden_dropout_prob must be a probability"),
+    ("bert", {"hidden_dropout_prob": True}, "model_config.hidden_dropout_prob must be a probability"),
+    ("gpt2", {"attn_pdrop": "0.1"}, "model_config.attn_pdrop must be a probability"),
+    ("llama", {"attention_dropout": -0.1}, "model_config.attention_dropout must be a probability"),
+    ("bert", {"num_hidden_layers": 2.5}, "model_config.num_hidden_layers must be an integer >= 1"),
+    ("bert", {"intermediate_size": 0}, "model_config.intermediate_size must be an integer >= 1"),
+    ("gpt2", {"n_layer": "4"}, "model_config.n_layer must be an integer >= 1"),
+])
+def test_model_config_fields_of_a_known_kind_are_checked_before_anything_is_staged(model, config, message):
+    with pytest.raises(J.JobError) as err:
+        R.resolve(model, {**TINY_CPU, "model_config": json.dumps(config)}, now=NOW)
+    assert str(err.value).startswith(message) and "(override model_config)" in str(err.value), err.value
+
+
+@pytest.mark.parametrize("model,config", [
+    ("bert", {"attention_probs_dropout_prob": 0.0, "hidden_dropout_prob": 1, "classifier_dropout": None}),
+    ("gpt2", {"attn_pdrop": 0.05, "n_inner": None, "n_layer": 3}),
+    ("llama", {"attention_dropout": 0.0, "num_key_value_heads": 1, "rope_theta": 500000.0}),
+])
+def test_model_config_fields_of_a_known_kind_pass_with_good_values(model, config):
+    job = R.resolve(model, {**TINY_CPU, "model_config": json.dumps(config)}, now=NOW)
+    assert all(job["model_config"][k] == v for k, v in config.items())
+
+
 # ------------------------------------------------------------------------------------------------ coercion
 
 
