@@ -20,7 +20,8 @@ from train.common.jsonio import write_json_atomic
 class PerfCallback(transformers.TrainerCallback):
     """Rank 0 writes OUT/perf.json at the end of training: wall-clock times (time.time(), seconds) of training
     start and of the end of the first optimizer step, the steady-state throughput between the end of step
-    ``max(1, max_steps // 4)`` and the last step (the GPU synchronised at both ends, nowhere else), peak GPU memory
+    ``s0 + max(1, (max_steps - s0) // 4)`` and the last step (s0: the step training starts from, 0 or after
+    ``-e resume=`` the checkpoint's; the GPU synchronised at both ends, nowhere else), peak GPU memory
     (torch.cuda.max_memory_allocated / max_memory_reserved, bytes), the GPU's name, the gradient clipping the
     DeepSpeed engine applies itself (``engine``: a callable giving it; 0 where the optimizer's step clips, see
     patches.clip_without_host_sync), and ``startup``: the Unix times
@@ -39,6 +40,7 @@ class PerfCallback(transformers.TrainerCallback):
         self.out = Path(output_dir)
         self.global_batch, self.block_length = global_batch, block_length
         self.times: dict = {}
+        self.start_step = 0  # the step training starts from (on_train_begin)
         self.profile = None
         spec = os.environ.get("DSC_PROFILE_STEPS", "")
         self.profile_steps = tuple(int(x) for x in spec.split(":")) if ":" in spec else None
@@ -57,7 +59,10 @@ class PerfCallback(transformers.TrainerCallback):
         engine = self.engine() if self.engine else None
         if hasattr(engine, "gradient_clipping"):  # the DeepSpeed engine: the clipping it applies itself
             self.engine_clipping = engine.gradient_clipping()
-        self.window_start = max(1, state.max_steps // 4)
+        # the steps this attempt trains: all of them, or after -e resume= those after the checkpoint's step (the
+        # Trainer has restored global_step by now); the window and the first step are this attempt's
+        self.start_step = state.global_step
+        self.window_start = self.start_step + max(1, (state.max_steps - self.start_step) // 4)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.profile_steps and state.global_step + 1 == self.profile_steps[0] and args.process_index == 0:
@@ -69,7 +74,7 @@ class PerfCallback(transformers.TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
-        if step == 1:
+        if step == self.start_step + 1:
             self.times["first_step_end"] = self._now()
         if step == self.window_start:
             self.times["window_start"] = (step, self._now(), self._seen())

@@ -106,3 +106,24 @@ def test_start_up_targets_of_round_two():
         "missed" in got
     assert "bert defaults, cold compile: first optimizer step <= 20 s: 15.7 s — met" in got
     assert not [t for t in got if t.startswith("bert defaults: playbook") or t.startswith("bert defaults: launcher")]
+
+
+def test_a_resumed_runs_progress_line_is_held_against_the_rate_before_the_stop(tmp_path):
+    """run_row reads the first attempt's steady rate from attempt-1/perf.json (where train_launch moves it) and the
+    target compares the resumed attempt's last progress line with it."""
+    out = tmp_path / "outputs" / "r"
+    (out / bench.RESUMED_FROM).mkdir(parents=True)
+    (out / bench.RESUMED_FROM / "perf.json").write_text('{"steady_samples_per_second": 1100.0}')
+    (out / "perf.json").write_text('{"steady_samples_per_second": 1090.0}')
+    (out / "progress.jsonl").write_text('{"step": 70, "samples_per_second": 1000.0}\n'
+                                        '{"step": 80, "samples_per_second": 1050.5}\n{"event": "end"}\n')
+    row = bench.run_row({"label": "bert defaults, resumed", "command": "c", "run_name": "r",
+                         "run_dirs": [str(out), str(tmp_path / "none")]})
+    assert row["before_resume_samples_per_second"] == 1100.0 and row["progress_last_samples_per_second"] == 1050.5
+    got = bench.targets_of([row])
+    assert "bert defaults, resumed: the progress line's samples/s at the last step after the resume within 10 % of " \
+        "the rate before the stop: 1,050.5 vs 1,100.0 — met" in got
+    slow = bench.targets_of([{**row, "progress_last_samples_per_second": 950.0}])
+    assert any(t.endswith("950.0 vs 1,100.0 — missed") for t in slow)
+    assert not [t for t in bench.targets_of([_row("bert defaults", samples_per_second=1.0,
+                                                  progress_last_samples_per_second=1.0)]) if "resume" in t]

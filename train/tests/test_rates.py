@@ -94,3 +94,38 @@ def test_progress_rates_are_per_interval_and_honest_after_a_resume(tmp_path, mon
     assert again.records[1]["eta_s"] == pytest.approx(20 * 0.5, rel=0.05)  # 20 steps left at 0.5 s
     assert again.records[1]["elapsed_s"] == pytest.approx(15.0)  # since this attempt began
     assert steady_rate(again.records, 64, 512)["steady_samples_per_second"] == pytest.approx(128.0)
+
+
+def test_perf_json_steady_window_and_first_step_are_the_attempts_own_after_a_resume(tmp_path, monkeypatch):
+    """make bench's steady rate (perf.json) after -e resume=: the window starts a quarter into the steps this attempt
+    trains (not at max_steps // 4, which a run resumed past it never reaches) and the first step is the first one
+    after the checkpoint's."""
+    pytest.importorskip("transformers")
+    from train.rank import perf
+
+    clock = Clock()
+    monkeypatch.setattr(perf.time, "time", clock)
+    args = SimpleNamespace(process_index=0, per_device_train_batch_size=64, gradient_accumulation_steps=1)
+
+    def attempt(out, start_step, max_steps, step_seconds, first_step_extra):
+        cb = perf.PerfCallback(out, global_batch=64, block_length=512)
+        state = SimpleNamespace(global_step=start_step, max_steps=max_steps)
+        cb.on_train_begin(args, state, None)
+        begin = clock.now
+        for i in range(max_steps - start_step):
+            cb.on_step_begin(args, state, None)
+            clock.now += step_seconds + (first_step_extra if i == 0 else 0.0)
+            state.global_step += 1
+            cb.on_step_end(args, state, None)
+        cb.on_train_end(args, state, None)
+        return json.loads((out / "perf.json").read_text()), begin
+
+    # the first attempt: 60 steps of 0.25 s (256 samples/s), the first one 20 s longer; window from step 15
+    got, begin = attempt(tmp_path / "a", 0, 60, 0.25, 20.0)
+    assert got["steady_steps"] == [15, 60] and got["steady_samples_per_second"] == pytest.approx(256.0)
+    assert got["first_step_end_unix_s"] == pytest.approx(begin + 20.25)
+    # resumed from step 60 to 100 at 0.5 s a step (128 samples/s): window from step 60 + 40 // 4 = 70
+    got, begin = attempt(tmp_path / "b", 60, 100, 0.5, 5.0)
+    assert got["steady_steps"] == [70, 100] and got["steady_samples_per_second"] == pytest.approx(128.0)
+    assert got["steady_tokens_per_second"] == pytest.approx(128.0 * 512)
+    assert got["first_step_end_unix_s"] == pytest.approx(begin + 5.5)  # step 61, not step 1 (never reached)

@@ -225,12 +225,19 @@ def run_row(run: dict) -> dict:
         # what the user saw: the progress line at the last step (the last interval's rate) and the summary's
         # steady rate (metrics.json: first to last logged step), beside perf.json's GPU-synchronised window above
         "progress_last_samples_per_second": _last_progress_rate(_find("progress.jsonl", dirs)),
+        # a run resumed with -e resume=: its first attempt's steady rate (train_launch moved that attempt's files to
+        # attempt-1/), which the progress line after the resume is compared with
+        "before_resume_samples_per_second": _load(f"{RESUMED_FROM}/perf.json", dirs).get("steady_samples_per_second"),
         "summary_steady_samples_per_second": metrics.get("steady_samples_per_second"),
         "summary_average_samples_per_second": metrics.get("train_samples_per_second"),
         "profile": profile.read_text(encoding="utf-8") if profile else None,
         "profile_window": perf.get("profile"),
         "prelaunch": prelaunch,
     }
+
+
+#: where a resumed run's first attempt's files are under outputs/<run>/ (roles/train_launch: attempt-<n>/)
+RESUMED_FROM = "attempt-1"
 
 
 def _last_progress_rate(path: Path | None) -> float | None:
@@ -411,7 +418,8 @@ def targets_of(rows: list[dict], scaled: list[dict] | None = None) -> list[str]:
     * start-up: a run with torch.compile's caches warm (label containing :data:`WARM`): playbook start -> first
       optimizer step end <= 20 s and launcher start -> first step end <= 10 s; bert defaults with a cold compile:
       its first optimizer step (the compile) <= 20 s;
-    * each run's progress line at its last step within 10 % of its steady rate;
+    * each run's progress line at its last step within 10 % of its steady rate, and a resumed run's within 10 % of
+      its first attempt's steady rate (``before_resume_samples_per_second``);
     * each scaling series' efficiency at its largest world size >= 95 % (``scaled``: :func:`scaling`'s rows).
 
     ``rows``: :func:`run_row` dicts (samples_per_second, tokens_per_second, label, precision, zero_stage,
@@ -443,6 +451,10 @@ def targets_of(rows: list[dict], scaled: list[dict] | None = None) -> list[str]:
         if shown and steady:
             check(f"{r['label']}: the progress line's samples/s at the last step within 10 % of the steady rate",
                   f"{shown:,.1f} vs {steady:,.1f}", abs(shown - steady) <= 0.1 * steady)
+        before = r.get("before_resume_samples_per_second")
+        if shown and before:
+            check(f"{r['label']}: the progress line's samples/s at the last step after the resume within 10 % of the "
+                  "rate before the stop", f"{shown:,.1f} vs {before:,.1f}", abs(shown - before) <= 0.1 * before)
         if WARM in r["label"]:
             if r.get("playbook_start_to_first_step_s") is not None:
                 check(f"{r['label']}: playbook start -> first step end <= 20 s",
