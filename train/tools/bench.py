@@ -308,7 +308,8 @@ def markdown(report: dict) -> str:
     lines = [f"# GPU benchmark {report['date']}: {report['gpu']}", "",
              f"Command: `{report['command']}` at commit {report['commit']}. {report['mfu_formula']}; N counts every "
              "parameter (embeddings included), s = tokens per sample. Steady state: between the end of step "
-             "max_steps/4 and the last step, the GPU synchronised at both ends.", "",
+             "max_steps/4 (a resumed run: a quarter into the steps after its checkpoint's) and the last step, the GPU "
+             "synchronised at both ends.", "",
              "| run | samples/s | tokens/s | MFU | micro x accum (global) | peak GPU memory (alloc / reserved) | "
              "playbook start → first step end | launcher start → first step end | N, vocab | "
              "progress line at the last step / summary steady / Trainer's average (samples/s) |",
