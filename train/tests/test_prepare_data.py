@@ -226,7 +226,7 @@ def test_second_prepare_is_a_noop_and_changes_rebuild(tmp_path):
     stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
 
     proc = prepare_or_fail(job, out)
-    assert "up to date" in proc.stdout.strip().splitlines()[-1]
+    assert "up to date" in proc.stdout.strip().splitlines()[-2]  # the last progress line; then MANIFEST_LINE
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamp, "a no-op must not touch the artifact"
 
     # a different data setting rebuilds (the old artifact is replaced whole)
@@ -347,7 +347,7 @@ def test_a_corpus_smaller_than_the_job_is_warned_about(tmp_path):
     # up to date, one rank: enough for a batch, not for 10 steps an epoch
     assert blocks >= micro * accum and blocks < 10 * micro * accum, blocks
     proc = run_prepare("--job", job, "--out", out)
-    assert proc.returncode == 0 and "up to date" in proc.stdout.splitlines()[-1], proc.stdout
+    assert proc.returncode == 0 and "up to date" in proc.stdout.splitlines()[-2], proc.stdout
     warn = [ln.split("] ", 1)[1] for ln in proc.stdout.splitlines() if "warning:" in ln]
     assert len(warn) == 1, proc.stdout
     assert warn[0].startswith(f"warning: the corpus makes only {blocks / (micro * accum):.1f} optimizer steps per "
