@@ -132,6 +132,7 @@ case "$RUNSET" in *" bert-resume "*)
   timeout "${DSC_BENCH_TIMEOUT:-400}" ansible-playbook -i inventory/h200 train.yml -e "run_name=$RESUMED" \
     "${RESUME_JOB[@]}" -e max_steps=40 > "$STATE/logs/$RESUMED.first.playbook.log" 2>&1 ||
     echo "bert-resume: the first attempt failed (rc $?; $STATE/logs/$RESUMED.first.playbook.log)"
+  # the same command line with -e resume= and a later max_steps, as a user goes on with a run
   bench_run bert-resume "bert defaults, resumed at step 40 (-e resume=)" "$RESUMED" "" "${RESUME_JOB[@]}" \
     -e resume="$RESUMED" -e max_steps=80 ;;
 esac

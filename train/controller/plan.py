@@ -175,6 +175,17 @@ def resume_source(output_root: str, resume: str) -> dict:
             "checkpoint": str(ckpt), "step": int(rec["step"]), "world_size": int(rec["world_size"])}
 
 
+def _same_value(key: str, given, recorded) -> bool:
+    """Whether ``given`` (an override as -e passes it: "5" for 5) is the job file's ``recorded`` value of ``key``,
+    compared after train.common.job.coerce where the job schema knows the key (a value it cannot convert differs)."""
+    if key in jobmod.SCHEMA:
+        try:
+            given = jobmod.coerce(key, given, f"-e {key}")
+        except jobmod.JobError:
+            return False
+    return given == recorded
+
+
 def _resume_overrides(source: dict, overrides: dict, script: str | None) -> dict:
     """The overrides of a resumed run: the run's own job, changed only where RESUME_MAY_CHANGE allows."""
     old = source["job"]
@@ -193,7 +204,7 @@ def _resume_overrides(source: dict, overrides: dict, script: str | None) -> dict
             continue
         if key in ("run_name", "accelerator") or key in RESUME_MAY_CHANGE:
             out[key] = value
-        elif key in old and value != old[key]:
+        elif key in old and not _same_value(key, value, old[key]):
             raise PlanError(f"{key} {value!r} differs from run {source['run']}'s {old[key]!r}", where,
                             f"a resumed run keeps its job; -e may change only {', '.join(RESUME_MAY_CHANGE)}")
     out["run_name"] = source["run"]

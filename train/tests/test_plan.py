@@ -324,6 +324,20 @@ def test_resume_goes_on_with_the_same_job_from_the_newest_complete_checkpoint(tm
     assert build(tmp_path, resume="latest")["resume"]["checkpoint"] == str(ckpt)
 
 
+def test_resume_takes_the_first_command_line_again_as_ansible_passes_it(tmp_path):
+    """-e key=value gives strings: the first run's own command line plus -e resume= is the same job ("5" is its 5),
+    and a value that differs after conversion is still refused."""
+    first, _ = finished_run(tmp_path, warmup_steps="5", learning_rate="2e-4", lowercase="no", max_steps="40")
+    assert (first["job"]["warmup_steps"], first["job"]["learning_rate"]) == (5, 2e-4)
+    again = {"warmup_steps": "5", "learning_rate": "2e-4", "lowercase": "no", "model": "bert", "max_steps": "80"}
+    p = build(tmp_path, again, resume=first["run_name"])
+    assert p["job"]["max_steps"] == 80 and p["job"]["warmup_steps"] == 5
+    with pytest.raises(JobError, match=r"warmup_steps '6' differs from run .*'s 5"):
+        build(tmp_path, {**again, "warmup_steps": "6"}, resume=first["run_name"])
+    with pytest.raises(JobError, match=r"warmup_steps 'lots' differs from run .*'s 5"):
+        build(tmp_path, {**again, "warmup_steps": "lots"}, resume=first["run_name"])
+
+
 def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path):
     """A GPU run's job.json written before pad_vocab_to_multiple_of and offload_ratio existed: the resumed run keeps
     the unpadded vocabulary and the whole-optimizer offload ratio its checkpoint was made with, not today's auto."""

@@ -100,6 +100,7 @@ def test_perf_json_steady_window_and_first_step_are_the_attempts_own_after_a_res
     """make bench's steady rate (perf.json) after -e resume=: the window starts a quarter into the steps this attempt
     trains (not at max_steps // 4, which a run resumed past it never reaches) and the first step is the first one
     after the checkpoint's."""
+    pytest.importorskip("torch")  # perf.py synchronises CUDA where there is one
     pytest.importorskip("transformers")
     from train.rank import perf
 

@@ -25,9 +25,14 @@ from pathlib import Path
 from ansible.plugins.action import ActionBase
 
 _PREFLIGHT = Path(__file__).resolve().parents[1] / "files" / "preflight.py"
-_SPEC = importlib.util.spec_from_file_location("dsc_cluster_check_preflight", _PREFLIGHT)
-preflight = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(preflight)
+
+
+def _load_preflight():
+    """files/preflight.py as a module, loaded when the action runs (an error in it fails the task, named)."""
+    spec = importlib.util.spec_from_file_location("dsc_cluster_check_preflight", _PREFLIGHT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 _ARGSPEC = {
     "what": {"type": "str", "required": True, "choices": ["nodes", "health"]},
@@ -45,6 +50,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGSPEC)
         data = json.loads(json.dumps(args["input"], default=str))  # Ansible's tagged values -> plain JSON types
+        preflight = _load_preflight()
         judge = preflight.check_nodes if args["what"] == "nodes" else preflight.check_health
         text, problems = judge(data)
         result.update(changed=False, text=text, problems=list(problems), in_place=data.get("in_place") or [])
