@@ -408,10 +408,11 @@ def _validate_model_config(job, where):
             continue
         if _PROBABILITY_FIELD.search(field) and not (_number(value) and 0 <= value <= 1):
             raise JobError(f"model_config.{field} must be a probability, a number from 0 to 1, got {value!r}",
-                           where("model_config"), f"give it as a number, e.g. -e '{{\"model_config\": {{\"{field}\": 0.1}}}}'")
+                           where("model_config"),
+                           f"give a number from 0 to 1, unquoted, e.g. -e '{{\"model_config\": {{\"{field}\": 0.1}}}}'")
         if _COUNT_FIELD.search(field) and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise JobError(f"model_config.{field} must be an integer >= 1, got {value!r}", where("model_config"),
-                           "give it as a whole number (JSON, unquoted)")
+                           "give a whole number of 1 or more, unquoted (JSON)")
     family = FAMILIES.get(job["model_type"])
     if family is None:
         return
