@@ -394,10 +394,6 @@ _PROBABILITY_FIELD = re.compile(r"dropout|pdrop|_prob$")
 _COUNT_FIELD = re.compile(r"^num_|_size$|^n_(embd|layer|head|positions|inner|ctx)$|^max_position_embeddings$")
 
 
-def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _validate_model_config(job, where):
     config = job["model_config"]
     for field, value in config.items():
@@ -406,11 +402,12 @@ def _validate_model_config(job, where):
                            "give model_config fields as numbers, strings, booleans or null")
         if value is None:
             continue
-        if _PROBABILITY_FIELD.search(field) and not (_number(value) and 0 <= value <= 1):
+        number = _is_kind(value, "int", False) or _is_kind(value, "float", False)  # bools are neither
+        if _PROBABILITY_FIELD.search(field) and not (number and 0 <= value <= 1):
             raise JobError(f"model_config.{field} must be a probability, a number from 0 to 1, got {value!r}",
                            where("model_config"),
                            f"give a number from 0 to 1, unquoted, e.g. -e '{{\"model_config\": {{\"{field}\": 0.1}}}}'")
-        if _COUNT_FIELD.search(field) and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        if _COUNT_FIELD.search(field) and not (_is_kind(value, "int", False) and value >= 1):
             raise JobError(f"model_config.{field} must be an integer >= 1, got {value!r}", where("model_config"),
                            "give a whole number of 1 or more, unquoted (JSON)")
     family = FAMILIES.get(job["model_type"])
