@@ -10,7 +10,7 @@
 # rate between the end of step max_steps/4 and the last step) and metrics.json (first and last loss).
 # DSC_EXPLORE_DEADLINE (Unix seconds; default: start + 540): a variant starts only when its expected time fits
 # before it, and is stopped there. On a machine make bench provisioned, the node venv's packages are used and only
-# the missing ones (liger_kernel) go to /tmp/site. OUT gets explore.log, results.txt and logs.tar.gz.
+# the missing ones (liger_kernel, torchao) go to /tmp/site. OUT gets explore.log, results.txt and logs.tar.gz.
 set -u -o pipefail
 OUT=${1:-/tmp/explore}; [ $# -gt 0 ] && shift
 mkdir -p "$OUT" /tmp/explore-logs
@@ -30,7 +30,7 @@ if ! python3 -c "import transformers, deepspeed; assert transformers.__version__
   DS_BUILD_OPS=0 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/site \
     "$W"/deepspeed-0.19.8.tar.gz > "$L/deepspeed-install.log" 2>&1 || tail -20 "$L/deepspeed-install.log"
 fi
-for pkg in liger_kernel; do
+for pkg in liger_kernel torchao; do
   python3 -c "import $pkg" 2>/dev/null ||
     python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site "$W/$pkg"-*.whl
 done
@@ -43,6 +43,7 @@ CORPUS=/tmp/bench-corpus.txt
 python3 -c "from pydoc_data.topics import topics; open('$CORPUS', 'w').write(('\n\n'.join(topics.values()) + '\n\n') * 16)"
 for m in bert:30522:40 gpt2:50257:12; do
   IFS=: read -r name size steps <<< "$m"
+  [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -q "^$name" && continue  # only the models the variants asked for train
   if [ -f "/tmp/bench-tok/$name-$size/tokenizer.json" ]; then  # made by make bench on this machine
     mkdir -p /tmp/tok && rm -rf "/tmp/tok/$name-$size" && cp -r "/tmp/bench-tok/$name-$size" /tmp/tok/
   else
@@ -91,7 +92,7 @@ PYEOF
 
 # the variants, relative to the job's resolved defaults (the argv above)
 ALL=(gpt2 gpt2-old gpt2-liger bert bert-old bert-m256 bert-m64 gpt2-m128 bert-autotune bert-cudagraphs
-     bert-m256-cudagraphs)
+     bert-m256-cudagraphs bert-fp8 bert-fp8-row bert-fp8-row-gw)
 [ $# -gt 0 ] && LIST=("$@") || LIST=("${ALL[@]}")
 for v in "${LIST[@]}"; do
   case $v in
@@ -108,6 +109,10 @@ for v in "${LIST[@]}"; do
     # accumulation (bert's 128 x 2) the next micro batch's replay overwrites outputs saved for backward and the run
     # stops; at 256 x 1 it runs, no faster (docs/benchmarks/gpu-2026-12-05b.md)
     bert-cudagraphs) variant "$v" bert 45 --torch_compile_mode reduce-overhead ;;
+    # float8 matmuls in BERT's layers (torchao's float8 training recipes; job key float8)
+    bert-fp8) variant "$v" bert 60 --float8 tensorwise ;;
+    bert-fp8-row) variant "$v" bert 60 --float8 rowwise ;;
+    bert-fp8-row-gw) variant "$v" bert 60 --float8 rowwise_with_gw_hp ;;
     bert-m256-cudagraphs) variant "$v" bert 45 --torch_compile_mode reduce-overhead --per_device_train_batch_size 256 \
                             --gradient_accumulation_steps 1 ;;
     *) echo "unknown variant $v" ;;

@@ -18,6 +18,11 @@ changes nothing (torch is imported by the rank already; Liger only when asked fo
   fused linear cross-entropy from the last hidden states and the LM head's weight, chunk by chunk, without the
   (tokens x vocabulary) logits in fp32 that transformers' ``ForCausalLMLoss`` materialises: a third less peak GPU
   memory for GPT-2 small, but slower than the compiled stock loss (docs/benchmarks/gpu-2026-12-05.md), so opt-in.
+* :func:`use_float8` (job key ``float8``): the ``nn.Linear`` layers of the model's repeated blocks run their three
+  matmuls (forward, and the two of the backward) in float8 through torchao's float8 training
+  (``convert_to_float8_training``): each operand is scaled to float8 (tensorwise or rowwise, e4m3; the output
+  gradient e5m2) and ``torch._scaled_mm`` multiplies them, the weights and the optimizer stay in their precision.
+  Rounding changes: the loss follows bf16's within noise or the key stays off (docs/benchmarks/).
 """
 
 from __future__ import annotations
@@ -157,3 +162,52 @@ def use_fused_cross_entropy(model):
         _FUSED_CLASSES[base] = cls
     model.__class__ = cls
     return model
+
+
+# ---------------------------------------------------------------------------------------------------------- float8
+#: torchao's float8 recipes (``Float8LinearConfig.from_recipe_name``) that the job key ``float8`` can name
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+
+def float8_module_names(model) -> list[str]:
+    """The fully qualified names of the ``nn.Linear`` modules :func:`use_float8` converts: those inside a repeated
+    block (a path with a numeric part, an element of a ``ModuleList``: ``bert.encoder.layer.3.output.dense``,
+    ``model.layers.0.mlp.up_proj``) whose in and out features are multiples of 16 (``torch._scaled_mm``'s tile).
+    The heads, the embeddings and the pooler stay as they are: BERT's masked head runs on a varying number of rows,
+    and an LM head's logits are where float8's rounding would cost most. GPT-2's blocks use transformers' Conv1D, not
+    ``nn.Linear``: none of its modules qualify. Sorted as ``model.named_modules()`` gives them."""
+    names = []
+    for name, module in model.named_modules():
+        if type(module) is not torch.nn.Linear:
+            continue
+        if not any(part.isdigit() for part in name.split(".")):
+            continue
+        if module.in_features % 16 or module.out_features % 16:
+            continue
+        names.append(name)
+    return names
+
+
+def use_float8(model, recipe: str):
+    """Convert ``model``'s :func:`float8_module_names` in place to torchao's ``Float8Linear`` with the float8
+    training recipe ``recipe`` (one of :data:`FLOAT8_RECIPES`; torchao's ``Float8LinearConfig.from_recipe_name``).
+    Parameters, their names and saved files are unchanged (``Float8Linear`` subclasses ``nn.Linear`` and keeps
+    its weight in the parameter's dtype); returns the number of modules converted.
+
+    Run it before torch.compile: the casts to float8 are fused into the neighbouring kernels only when compiled.
+
+    Raises:
+        ValueError: an unknown recipe, or a model with no module to convert.
+        ImportError: torchao is not installed.
+    """
+    if recipe not in FLOAT8_RECIPES:
+        raise ValueError(f"unknown float8 recipe {recipe!r}; choose one of {', '.join(FLOAT8_RECIPES)}")
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    names = set(float8_module_names(model))
+    if not names:
+        raise ValueError(f"{type(model).__name__} has no nn.Linear in a repeated block to run in float8 "
+                         "(GPT-2's blocks are Conv1D); set float8 false")
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                               module_filter_fn=lambda module, fqn: fqn in names)
+    return len(names)

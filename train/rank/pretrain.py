@@ -103,6 +103,11 @@ class ModelArguments:
     fused_cross_entropy: bool = field(
         default=False, metadata={"help": "causal LM: the LM head and its cross-entropy fused (Liger Kernel)"}
     )
+    float8: str = field(
+        default="none", metadata={"help": "the repeated blocks' nn.Linear matmuls in float8 (torchao's float8 "
+                                          "training recipe of this name; train/rank/kernels.py)",
+                                  "choices": ["none", *kernels.FLOAT8_RECIPES]}
+    )
 
 
 @dataclass
@@ -280,6 +285,8 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
                 raise UsageError("--fused_cross_entropy applies to --task clm only (the masked LM head has its own "
                                  "loss); leave it false")
             kernels.use_fused_cross_entropy(model)
+        if model_args.float8 != "none":
+            kernels.use_float8(model, model_args.float8)
     except (ValueError, TypeError, ImportError) as e:
         raise UsageError(f"{e}") from None
     return model, config
