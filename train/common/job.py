@@ -67,6 +67,7 @@ SCHEMA = {
     "mlm_head": ("str", False),
     "unpadded_attention": ("bool", False),
     "fused_cross_entropy": ("bool", False),
+    "float8": ("str", False),
     "run_name": ("str", True),
     "report_to": ("str", False),
 }
@@ -87,6 +88,8 @@ CHOICES = {
     "optimizer": ("adamw_torch_fused", "adamw_torch", "deepspeed"),
     "attention": ("sdpa", "eager", "flash_attention_2", "flex_attention"),
     "mlm_head": ("masked", "full"),
+    # none, or torchao's float8 training recipe for the repeated blocks' nn.Linear layers (train/rank/kernels.py)
+    "float8": ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp"),
     "report_to": ("tensorboard", "none"),
 }
 
@@ -309,7 +312,7 @@ def validate(job, origin=None):
         fail("mlm_probability", f"mlm_probability applies to masked LM only; {job['model_type']} is causal (clm)",
              "drop mlm_probability (or set it to null)")
     check_precision(job["precision"], job["accelerator"], where("precision"))
-    for key in ("offload_optimizer", "optimizer", "attention", "mlm_head"):
+    for key in ("offload_optimizer", "optimizer", "attention", "mlm_head", "float8"):
         if job[key] not in CHOICES[key]:
             fail(key, f"{key} must be one of {', '.join(CHOICES[key])} or auto, got {job[key]!r}",
                  f"set -e {key}=auto or one of: {', '.join(CHOICES[key])}")
@@ -329,6 +332,9 @@ def validate(job, origin=None):
     if job["fused_cross_entropy"] and (job["task"] != "clm" or job["accelerator"] != "cuda"):
         fail("fused_cross_entropy", "fused_cross_entropy (Liger Kernel's Triton kernels) applies to causal LMs on "
              f"cuda; the job is {job['task']} on {job['accelerator']}", "set -e fused_cross_entropy=false (or auto)")
+    if job["float8"] != "none" and job["model_type"] == "gpt2":
+        fail("float8", "float8 runs the nn.Linear layers of a model's blocks in float8; GPT-2's blocks are "
+             "transformers' Conv1D", "set -e float8=none (or auto)")
     if job["torch_compile"] and job["accelerator"] != "cuda":
         fail("torch_compile", "torch_compile needs accelerator cuda (on cpu it only adds start-up time)",
              "set -e torch_compile=false (or auto)")

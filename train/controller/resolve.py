@@ -32,7 +32,7 @@ PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 # model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
 AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload_optimizer",
              "offload_ratio", "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head",
-             "pad_vocab_to_multiple_of", "unpadded_attention", "fused_cross_entropy")
+             "pad_vocab_to_multiple_of", "unpadded_attention", "fused_cross_entropy", "float8")
 
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
@@ -85,6 +85,7 @@ DEFAULTS = {
     "pad_vocab_to_multiple_of": "auto",
     "unpadded_attention": "auto",
     "fused_cross_entropy": "auto",
+    "float8": "auto",
     "run_name": None,
     # TensorBoard event files under <output_dir>/runs/ (the Trainer's default log dir), brought back with the run
     "report_to": "tensorboard",
@@ -376,6 +377,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
         job["unpadded_attention"] = cuda and job["attention"] == "sdpa"
     if job["fused_cross_entropy"] == "auto":
         job["fused_cross_entropy"] = AUTO_FUSED_CROSS_ENTROPY and cuda and job["task"] == "clm"
+    if job["float8"] == "auto":
+        job["float8"] = "none"
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS
@@ -419,6 +422,8 @@ def argv(job, dataset_dir, output_dir, deepspeed):
         args += ["--unpadded_attention", "true"]
     if job.get("fused_cross_entropy"):
         args += ["--fused_cross_entropy", "true"]
+    if job.get("float8", "none") != "none":
+        args += ["--float8", job["float8"]]
     if job["task"] == "mlm":
         args += ["--mlm_head", job["mlm_head"]]
     if job["optimizer"] != "deepspeed":

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from train.common.job import CHOICES
+
 #: the attention implementation name under which transformers' SDPA function runs without a mask
 UNPADDED = "sdpa_unpadded"
 
@@ -166,7 +168,7 @@ def use_fused_cross_entropy(model):
 
 # ---------------------------------------------------------------------------------------------------------- float8
 #: torchao's float8 recipes (``Float8LinearConfig.from_recipe_name``) that the job key ``float8`` can name
-FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+FLOAT8_RECIPES = tuple(c for c in CHOICES["float8"] if c != "none")
 
 
 def float8_module_names(model) -> list[str]:
@@ -197,11 +199,17 @@ def use_float8(model, recipe: str):
     Run it before torch.compile: the casts to float8 are fused into the neighbouring kernels only when compiled.
 
     Raises:
-        ValueError: an unknown recipe, or a model with no module to convert.
+        ValueError: an unknown recipe, a model with no module to convert, or one on a GPU older than compute
+            capability 8.9 (``torch._scaled_mm`` has no float8 kernel there).
         ImportError: torchao is not installed.
     """
     if recipe not in FLOAT8_RECIPES:
         raise ValueError(f"unknown float8 recipe {recipe!r}; choose one of {', '.join(FLOAT8_RECIPES)}")
+    device = next(model.parameters()).device
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ValueError(f"float8 matmuls need a GPU of compute capability 8.9 or more (Ada, Hopper, Blackwell); "
+                         f"{torch.cuda.get_device_name(device)} is {major}.{minor}: set float8 none")
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     names = set(float8_module_names(model))

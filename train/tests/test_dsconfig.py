@@ -40,7 +40,7 @@ HF_AUTO_KEYS = [
 MODEL_ARG_FLAGS = {"--task", "--model_type", "--config_overrides", "--model_name_or_path", "--dataset_dir",
                    "--mlm_probability", "--attn_implementation", "--mlm_head",
                    "--regional_compilation", "--pad_vocab_to_multiple_of", "--unpadded_attention",
-                   "--fused_cross_entropy"}
+                   "--fused_cross_entropy", "--float8"}
 
 
 def make_job(model="bert", **overrides):

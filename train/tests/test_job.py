@@ -312,7 +312,7 @@ CONTRACT_FLAGS = {
     "--logging_first_step", "--attn_implementation", "--mlm_head", "--optim", "--torch_compile",
     "--regional_compilation", "--dataloader_drop_last", "--gradient_checkpointing", "--gradient_checkpointing_kwargs",
     "--dataloader_persistent_workers", "--logging_nan_inf_filter", "--save_on_each_node",
-    "--pad_vocab_to_multiple_of", "--unpadded_attention", "--fused_cross_entropy",
+    "--pad_vocab_to_multiple_of", "--unpadded_attention", "--fused_cross_entropy", "--float8",
 }
 
 

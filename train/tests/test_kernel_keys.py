@@ -74,3 +74,28 @@ def test_pretrain_flags():
 
 def test_the_keys_are_user_keys():
     assert set(KEYS) <= set(R.override_keys())
+
+
+def test_float8_auto_resolves_to_none_and_a_recipe_is_kept():
+    for model, over in (("bert", {}), ("gpt2", {}), ("llama", {"model_size": "1b"})):
+        assert R.resolve(model, {"accelerator": "cuda", **over}, now=NOW)["float8"] == "none", model
+        assert R.resolve(model, {"accelerator": "cpu", "model_size": "tiny"}, now=NOW)["float8"] == "none", model
+    for recipe in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
+        job = R.resolve("bert", {"accelerator": "cuda", "float8": recipe}, now=NOW)
+        assert job["float8"] == recipe
+        assert _flags(R.argv(job, "/d", "/o", "/c.json"))["--float8"] == recipe
+    # on the CPU too (torch emulates float8 matmuls there: how its tests run)
+    assert R.resolve("llama", {"accelerator": "cpu", "model_size": "tiny", "float8": "rowwise"}, now=NOW)["float8"] == "rowwise"
+    assert "--float8" not in R.argv(R.resolve("bert", {"accelerator": "cuda"}, now=NOW), "/d", "/o", "/c.json")
+
+
+@pytest.mark.parametrize("model, value, says", [
+    ("gpt2", "tensorwise", "Conv1D"),
+    ("bert", "fast", "float8 must be one of none, tensorwise, rowwise, rowwise_with_gw_hp or auto"),
+    ("bert", "true", "float8 must be one of"),
+])
+def test_float8_refusals(model, value, says):
+    with pytest.raises(J.JobError) as err:
+        R.resolve(model, {"accelerator": "cuda", "float8": value}, now=NOW)
+    assert says in str(err.value) and "-e float8=" in str(err.value)
+    assert "float8" in R.override_keys()

@@ -161,3 +161,58 @@ def test_fused_cross_entropy_needs_a_linear_head(monkeypatch):
     model.lm_head = torch.nn.Identity()
     with pytest.raises(TypeError, match="linear LM head"):
         kernels.use_fused_cross_entropy(model)
+
+
+# ---------------------------------------------------------------------------------------------------------- float8
+def test_float8_converts_the_blocks_linear_layers_only():
+    bert = _model("bert")
+    names = kernels.float8_module_names(bert)
+    per_layer = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                 "intermediate.dense", "output.dense")
+    assert names == [f"bert.encoder.layer.{i}.{p}" for i in range(TINY_BERT["num_hidden_layers"]) for p in per_layer]
+    assert not [n for n in names if n.startswith("cls.")]  # the MLM head (masked rows, logits) stays bf16
+    assert kernels.float8_module_names(_model("gpt2")) == []  # Conv1D blocks
+    odd = _model("bert")
+    odd.bert.encoder.layer[0].intermediate.dense = torch.nn.Linear(TINY_BERT["hidden_size"], 100)
+    assert "bert.encoder.layer.0.intermediate.dense" not in kernels.float8_module_names(odd)  # 100 % 16 != 0
+
+
+def test_float8_training_on_cpu_follows_the_full_precision_loss():
+    """torchao's float8 recipes (emulated by torch's CPU _scaled_mm): same parameter names (saved files load as the
+    stock model), the loss and gradients close to the unconverted model's (float8 rounds: e4m3 keeps 3 mantissa
+    bits, so ~6 % per element, much less after the sums), and a few optimizer steps lower the loss as they do."""
+    pytest.importorskip("torchao")
+    ids = torch.randint(2, VOCAB, (4, 32))
+    labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
+    ref = _model("bert").train()
+    ref_loss, ref_grads = _loss_and_grads(ref, input_ids=ids, labels=labels)
+    for recipe in kernels.FLOAT8_RECIPES:
+        model = _model("bert").train()
+        keys = list(model.state_dict())
+        assert kernels.use_float8(model, recipe) == 2 * 6
+        converted = [n for n, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
+        assert converted == kernels.float8_module_names(_model("bert"))
+        assert list(model.state_dict()) == keys
+        loss, grads = _loss_and_grads(model, input_ids=ids, labels=labels)
+        assert loss != ref_loss  # it did run in float8
+        assert abs(loss - ref_loss) < 0.01 * ref_loss, recipe
+        for n in ("bert.encoder.layer.0.intermediate.dense.weight", "bert.embeddings.word_embeddings.weight"):
+            cos = torch.nn.functional.cosine_similarity(grads[n].flatten(), ref_grads[n].flatten(), dim=0)
+            assert cos > 0.98, (recipe, n, float(cos))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        out = model(input_ids=ids, labels=labels)
+        out.loss.backward()
+        opt.step()
+        losses.append(float(out.loss.detach()))
+    assert losses[-1] < losses[0] - 0.1
+
+
+def test_float8_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="unknown float8 recipe"):
+        kernels.use_float8(_model("bert"), "fast")
+    pytest.importorskip("torchao")
+    with pytest.raises(ValueError, match="Conv1D"):
+        kernels.use_float8(_model("gpt2"), "tensorwise")

@@ -212,7 +212,7 @@ def run_row(run: dict) -> dict:
         "torch_compile": job.get("torch_compile"), "regional_compilation": job.get("regional_compilation"),
         "startup_phases": startup_phases(perf.get("startup") or {}, launch),
         "mlm_head": job.get("mlm_head"), "attention": job.get("attention"),
-        "kernels": {k: job.get(k) for k in ("unpadded_attention", "fused_cross_entropy")
+        "kernels": {k: job.get(k) for k in ("unpadded_attention", "fused_cross_entropy", "float8")
                     if k in job},
         "peak_memory_allocated_gib": _gib(perf.get("peak_memory_allocated_bytes")),
         "peak_memory_reserved_gib": _gib(perf.get("peak_memory_reserved_bytes")),
