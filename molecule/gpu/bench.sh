@@ -8,7 +8,7 @@
 # (python -m train.tools.bench report). Provisioning is skipped when $STATE/provisioned exists (an earlier call on this
 # machine provisioned it; remove the file to provision again) or with DSC_BENCH_SKIP_PROVISION=1;
 # DSC_BENCH_ONLY=provision stops after it. DSC_BENCH_RUNS picks runs (default all: "blog bert bert-warm bert-whole
-# gpt2 gpt2-regional"; also bert-attn0 (BERT's attention dropout off), bert-fp8 (float8 matmuls), bert-resume (40 steps, then -e resume= to 80), bert-m256, gpt2-m128; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
+# gpt2 gpt2-regional"; also bert-attn0 (BERT's attention dropout off), bert-fp8 and bert-fp8-row (float8 matmuls), bert-resume (40 steps, then -e resume= to 80), bert-m256, gpt2-m128; llama-1b, llama-1b-regional, gpt2-xl, gpt2-xl-regional, llama-8b; and scaling: bert and gpt2
 # data-parallel on 1, 2, 4, 8 GPUs up to the machine's, -e slots=N): a device call of at most 10
 # minutes holds provisioning or a few runs, so make bench can be split over calls on the same (warm) machine. The
 # runs' records accumulate in DSC_BENCH_STATE (default /tmp/dsc-bench, outside OUT) and every call reports them all;
@@ -82,7 +82,7 @@ compile_caches() {  # torch.compile's cache directories as the ranks get them: t
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
   local key=$1 label=$2 run=$3 prof=$4; shift 4
   case "$RUNSET" in *" $key "*) ;; *) return 0 ;; esac
-  case "$key" in bert|bert-whole|gpt2|gpt2-regional|llama-*|gpt2-xl*)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
+  case "$key" in bert|bert-fp8*|bert-whole|gpt2|gpt2-regional|llama-*|gpt2-xl*)  # a cold compile: torch.compile's caches emptied (node_env's and torch's default)
     compile_caches | while read -r d; do [ -n "$d" ] && rm -rf "${d:?}"/*; done ;; esac
   step "$label: ansible-playbook -i inventory/h200 train.yml $*"
   local s; s=$(date +%s.%N)
@@ -122,10 +122,12 @@ bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-ber
 # not a default: its loss beside the defaults' is in the report's settings lines
 bench_run bert-attn0 "bert, attention dropout 0" "bench-bert-attn0-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 \
   "${COMMON[@]}" -e '{"model_config": {"attention_probs_dropout_prob": 0.0}}'
-# float8 matmuls in BERT's layers (job key float8, torchao's recipe DSC_BENCH_FLOAT8, default rowwise): its loss
-# beside the defaults' is in the report's settings lines
-bench_run bert-fp8 "bert, float8 matmuls (${DSC_BENCH_FLOAT8:-rowwise})" "bench-bert-fp8-$STAMP" "12:13" "${BERT[@]}" \
-  -e max_steps=60 "${COMMON[@]}" -e float8="${DSC_BENCH_FLOAT8:-rowwise}"
+# float8 matmuls in BERT's layers (job key float8: torchao's tensorwise recipe, the fastest of its recipes, and
+# rowwise, finer scales): their losses beside the defaults' are in the report's settings lines
+bench_run bert-fp8 "bert, float8 matmuls (tensorwise)" "bench-bert-fp8-$STAMP" "12:13" "${BERT[@]}" \
+  -e max_steps=60 "${COMMON[@]}" -e float8=tensorwise
+bench_run bert-fp8-row "bert, float8 matmuls (rowwise)" "bench-bert-fp8-row-$STAMP" "12:13" "${BERT[@]}" \
+  -e max_steps=60 "${COMMON[@]}" -e float8=rowwise
 # -e resume=: bert defaults (compile caches warm) for 40 steps with a checkpoint at step 40, then the same run resumed
 # to step 80; the report holds the resumed attempt's progress line at its last step against the first attempt's
 # steady rate (outputs/<run>/attempt-1/perf.json)
