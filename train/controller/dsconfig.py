@@ -23,6 +23,9 @@ keeps those "auto"s and only makes the file agree with the job and the cluster:
 - autocast: job autocast true -> "torch_autocast": {"enabled": true, "dtype": "bfloat16"} and the bf16/fp16 blocks
   off (the Trainer runs without --bf16): DeepSpeed autocasts the forward and keeps fp32 weights, gradients and
   optimizer state, skipping its bf16 optimizer wrapper (the faster of the two: docs/benchmarks/h200-early-findings.md);
+  With float8 on (job key float8), its "lower_precision_safe_modules" are DeepSpeed's own list plus torchao's
+  Float8Linear (FLOAT8_SAFE_MODULES): DeepSpeed matches the classes exactly, and the converted layers' gradients
+  would otherwise be reduced between ranks in fp32 instead of bf16;
 - scheduler (the warm-up trap): see _scheduler();
 - timers: "timers": {"throughput": {"enabled": false}} unless the template sets "timers": DeepSpeed's throughput
   timer synchronises the GPU at every micro batch's forward and at every step, only for a log line (the run's own
@@ -46,6 +49,12 @@ DEPRECATED_ZERO_KEYS = ("cpu_offload", "cpu_offload_params", "cpu_offload_use_pi
 
 # zero_optimization.sub_group_size with a partial optimizer offload (elements; _offload)
 PARTIAL_OFFLOAD_SUB_GROUP = 100_000_000
+
+# torch_autocast's lower_precision_safe_modules for a float8 job: DeepSpeed's default list (deepspeed/runtime/
+# torch_autocast.py, LOWER_PRECISION_SAFE_MODULES, 0.19.8) and the class torchao's float8 conversion puts in place of
+# nn.Linear (train/rank/kernels.py)
+FLOAT8_SAFE_MODULES = ("torch.nn.modules.linear.Linear", "torch.nn.modules.conv.Conv1d", "torch.nn.modules.conv.Conv2d",
+                       "torch.nn.modules.conv.Conv3d", "torchao.float8.float8_linear.Float8Linear")
 
 
 def render(job, world_size, templates_dir):
@@ -84,6 +93,8 @@ def render(job, world_size, templates_dir):
             if isinstance(config.get(name), dict):
                 config[name]["enabled"] = False
         config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
+        if job.get("float8", "none") != "none":
+            config["torch_autocast"]["lower_precision_safe_modules"] = list(FLOAT8_SAFE_MODULES)
     config.setdefault("timers", {"throughput": {"enabled": False}})  # no host sync per micro batch and step
     return config
 

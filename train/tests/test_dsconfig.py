@@ -423,6 +423,39 @@ def test_gpu_defaults_render_client_optimizer_and_torch_autocast(tmp_path):
     assert hf.config["bf16"]["enabled"] is False
 
 
+def test_a_float8_job_keeps_its_converted_layers_gradients_in_bf16(monkeypatch):
+    """DeepSpeed reduces in bf16 the gradients of the module classes in torch_autocast's lower_precision_safe_modules
+    and matches classes exactly: a float8 job's list is DeepSpeed's default plus torchao's Float8Linear, and DeepSpeed
+    resolves every name of it."""
+    from deepspeed.runtime.torch_autocast import get_default_autocast_lower_precision_modules
+
+    plain = D.render(R.resolve("bert", {"accelerator": "cuda", "run_name": "t"}), 1, TEMPLATES)
+    assert "lower_precision_safe_modules" not in plain["torch_autocast"]
+    config = D.render(R.resolve("bert", {"accelerator": "cuda", "run_name": "t", "float8": "tensorwise"}), 1, TEMPLATES)
+    names = config["torch_autocast"]["lower_precision_safe_modules"]
+    assert names[:-1] == get_default_autocast_lower_precision_modules()
+    assert names[-1] == "torchao.float8.float8_linear.Float8Linear"
+    pytest.importorskip("torchao")
+    from deepspeed.runtime import torch_autocast
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from train.rank import kernels
+    from .conftest import TINY_BERT
+
+    for attr in ("TORCH_AUTOCAST_INITIALIZED", "TORCH_AUTOCAST_DTYPE"):  # init_autocast_params sets them
+        monkeypatch.setattr(torch_autocast, attr, getattr(torch_autocast, attr))
+    tagged = {}
+    for given in (None, ds_config_module.get_lower_precision_safe_modules({"torch_autocast": config["torch_autocast"]})):
+        model = AutoModelForMaskedLM.from_config(AutoConfig.for_model("bert", vocab_size=128, **TINY_BERT))
+        kernels.use_float8(model, "tensorwise")
+        torch_autocast.init_autocast_params(types.SimpleNamespace(module=model, zero_quantized_weights=lambda: False),
+                                            torch.bfloat16, given)
+        tagged[given is None] = {n for n, p in model.named_parameters() if torch_autocast.has_comm_dtype(p)}
+    layer = "bert.encoder.layer.0.intermediate.dense.weight"
+    assert layer not in tagged[True] and layer in tagged[False]  # DeepSpeed's default misses the converted layers
+    assert tagged[True] < tagged[False]
+
+
 def test_blog_recipe_renders_deepspeeds_blocks():
     job = R.resolve("bert", {"accelerator": "cuda", "run_name": "t", "precision": "fp16", "offload_optimizer": "cpu",
                              "per_device_train_batch_size": 16, "gradient_accumulation_steps": 1,
