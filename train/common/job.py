@@ -107,6 +107,11 @@ FAMILIES = {
 }
 
 
+# Model types whose blocks use transformers' Conv1D instead of nn.Linear: float8 (train/rank/kernels.py) converts
+# nn.Linear only, so it has nothing to run there.
+CONV1D_MODEL_TYPES = ("gpt2",)
+
+
 # Inputs that determine train/data/prepare_data.py's artifact (the masking rate doesn't: masking happens at train time).
 DATA_KEY_FIELDS = ("task", "model_type", "tokenizer_type", "vocab_size", "lowercase", "tokenizer_path",
                    "dataset_path", "text_column", "max_seq_length")
@@ -332,7 +337,7 @@ def validate(job, origin=None):
     if job["fused_cross_entropy"] and (job["task"] != "clm" or job["accelerator"] != "cuda"):
         fail("fused_cross_entropy", "fused_cross_entropy (Liger Kernel's Triton kernels) applies to causal LMs on "
              f"cuda; the job is {job['task']} on {job['accelerator']}", "set -e fused_cross_entropy=false (or auto)")
-    if job["float8"] != "none" and job["model_type"] == "gpt2":
+    if job["float8"] != "none" and job["model_type"] in CONV1D_MODEL_TYPES:
         fail("float8", "float8 runs the nn.Linear layers of a model's blocks in float8; GPT-2's blocks are "
              "transformers' Conv1D", "set -e float8=none (or auto)")
     if job["torch_compile"] and job["accelerator"] != "cuda":

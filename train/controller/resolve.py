@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from train.common.job import (CHOICES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
+from train.common.job import (CHOICES, CONV1D_MODEL_TYPES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
                               resolve_precision, validate)
 from train.common import cli, flops
 from train.common.jsonio import write_json_atomic
@@ -57,6 +57,13 @@ AUTO_VOCAB_MULTIPLE = 128
 # peak GPU memory from 36.2 to 24.5 GiB but made it slower on one H100: 418 k tokens/s against 452 k without it,
 # same machine and losses (docs/benchmarks/gpu-2026-12-05.md). Opt-in, for memory.
 AUTO_FUSED_CROSS_ENTROPY = False
+
+
+# float8 "auto": none. torchao's float8 training on BERT-base's encoder layers made it 15.5 % slower (tensorwise) and
+# 28.5 % slower (rowwise) on one H100, the same loss after 60 steps (docs/benchmarks/gpu-2026-12-06b.md): at 768
+# wide the float8 casts (scale reductions and scaled copies of activations and gradients) cost more than the float8
+# matmuls save. Opt-in, e.g. to measure a wider model.
+AUTO_FLOAT8 = "none"
 
 
 # ... and on cpu (the old preset default: CUDA-sized batches would only make a CPU run slower to report).
@@ -303,6 +310,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
       fused_cross_entropy: AUTO_FUSED_CROSS_ENTROPY for a causal LM on cuda (Liger Kernel's fused linear
         cross-entropy: less memory, slower); false for masked LMs (their head runs at the masked positions only) and
         on cpu (Triton).
+      float8: AUTO_FLOAT8 on cuda (none: slower for BERT-base), none on cpu (torch only emulates float8 there) and
+        for models whose blocks are Conv1D (CONV1D_MODEL_TYPES: nothing to convert).
       regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
         layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
         BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
@@ -378,7 +387,7 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
     if job["fused_cross_entropy"] == "auto":
         job["fused_cross_entropy"] = AUTO_FUSED_CROSS_ENTROPY and cuda and job["task"] == "clm"
     if job["float8"] == "auto":
-        job["float8"] = "none"
+        job["float8"] = AUTO_FLOAT8 if cuda and job["model_type"] not in CONV1D_MODEL_TYPES else "none"
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS

@@ -99,3 +99,13 @@ def test_float8_refusals(model, value, says):
         R.resolve(model, {"accelerator": "cuda", "float8": value}, now=NOW)
     assert says in str(err.value) and "-e float8=" in str(err.value)
     assert "float8" in R.override_keys()
+
+
+def test_float8_auto_rule_when_switched_on(monkeypatch):
+    """AUTO_FLOAT8 is none (slower for BERT-base on the GPU measured); the rule it gates: cuda, not Conv1D blocks."""
+    assert R.AUTO_FLOAT8 == "none"
+    monkeypatch.setattr(R, "AUTO_FLOAT8", "tensorwise")
+    assert R.resolve("bert", {"accelerator": "cuda"}, now=NOW)["float8"] == "tensorwise"
+    assert R.resolve("llama", {"accelerator": "cuda", "model_size": "1b"}, now=NOW)["float8"] == "tensorwise"
+    assert R.resolve("gpt2", {"accelerator": "cuda"}, now=NOW)["float8"] == "none"
+    assert R.resolve("bert", {"accelerator": "cpu", "model_size": "tiny"}, now=NOW)["float8"] == "none"
