@@ -340,6 +340,10 @@ def validate(job, origin=None):
     if job["float8"] != "none" and job["model_type"] in CONV1D_MODEL_TYPES:
         fail("float8", "float8 runs the nn.Linear layers of a model's blocks in float8; GPT-2's blocks are "
              "transformers' Conv1D", "set -e float8=none (or auto)")
+    if job["float8"] != "none" and job["zero_stage"] == 3:
+        fail("float8", "float8 (torchao's float8 training, built for PyTorch's FSDP2) is not run with DeepSpeed's "
+             "ZeRO-3, whose hooks partition and gather each layer's weight", "set -e float8=none (or auto), or a "
+             "zero_stage of 0-2")
     if job["torch_compile"] and job["accelerator"] != "cuda":
         fail("torch_compile", "torch_compile needs accelerator cuda (on cpu it only adds start-up time)",
              "set -e torch_compile=false (or auto)")

@@ -93,10 +93,12 @@ def test_float8_auto_resolves_to_none_and_a_recipe_is_kept():
     ("gpt2", "tensorwise", "Conv1D"),
     ("bert", "fast", "float8 must be one of none, tensorwise, rowwise, rowwise_with_gw_hp or auto"),
     ("bert", "true", "float8 must be one of"),
+    ("llama", "tensorwise", "ZeRO-3"),
 ])
 def test_float8_refusals(model, value, says):
+    zero3 = {"zero_stage": 3} if model == "llama" else {}
     with pytest.raises(J.JobError) as err:
-        R.resolve(model, {"accelerator": "cuda", "float8": value}, now=NOW)
+        R.resolve(model, {"accelerator": "cuda", "float8": value, **zero3}, now=NOW)
     assert says in str(err.value) and "-e float8=" in str(err.value)
     assert "float8" in R.override_keys()
 
