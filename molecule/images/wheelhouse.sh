@@ -7,19 +7,22 @@
 #   molecule/images/wheelhouse.sh [DIR]     # default $WHEELHOUSE or ~/.cache/deepspeed-cluster/wheelhouse
 #
 # Contents: torch (CPU build) and the pinned packages of the torch line that publishes cpu, read from the matrix
-# (roles/torch_matrix/defaults/main.yml), plus DeepSpeed's source distribution (that line's deepspeed) and a
-# deepspeed-sdist.tar.gz link to it, for the deepspeed role's deepspeed_sdist_path. pip skips what is already there; a
+# (roles/torch_matrix/defaults/main.yml) and python_env's packages for cpu nodes (roles/python_env/defaults/main.yml),
+# plus DeepSpeed's source distribution (that line's deepspeed) and a deepspeed-sdist.tar.gz link to it, for the
+# deepspeed role's deepspeed_sdist_path. pip skips what is already there; a
 # .complete-<hash of the pins> file marks a finished download for those pins (nothing is asked of the index then).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-${WHEELHOUSE:-$HOME/.cache/deepspeed-cluster/wheelhouse}}
 mkdir -p "$dir"
-{ read -r reqs; read -r ds_version; } < <(python3 - "$repo/roles/torch_matrix/defaults/main.yml" <<'PY'
+{ read -r reqs; read -r ds_version; } < <(python3 - "$repo/roles/torch_matrix/defaults/main.yml" \
+    "$repo/roles/python_env/defaults/main.yml" <<'PY'
 import sys, yaml
 lines = yaml.safe_load(open(sys.argv[1]))["torch_matrix_lines"]
 line = next(l for l in sorted(lines.values(), key=lambda l: [int(p) for p in l["torch"].split(".")], reverse=True)
             if "cpu" in l["variants"])
-print(" ".join([f"torch=={line['torch']}+cpu", *line["packages"], "pip"]))
+cpu_extra = yaml.safe_load(open(sys.argv[2]))["python_env_accelerator_packages"]["cpu"]
+print(" ".join([f"torch=={line['torch']}+cpu", *line["packages"], *cpu_extra, "pip"]))
 print(line["deepspeed"])
 PY
 )
