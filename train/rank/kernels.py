@@ -1,7 +1,7 @@
-"""Which kernels a rank's model runs: attention without a mask for unpadded batches, and the LM head's matmul fused
-with its cross-entropy (Liger Kernel). Each is a job key that the controller resolves (train/controller/resolve.py)
-and pretrain passes as a flag; neither changes what the model computes beyond rounding. Importing this module
-changes nothing (torch is imported by the rank already; Liger only when asked for).
+"""Which kernels a rank's model runs: attention without a mask for unpadded batches, the LM head's matmul fused
+with its cross-entropy (Liger Kernel), and float8 matmuls (torchao). Each is a job key that the controller resolves
+(train/controller/resolve.py) and pretrain passes as a flag; none changes what the model computes beyond rounding.
+Importing this module changes nothing (torch is imported by the rank already; Liger and torchao only when asked for).
 
 * :func:`use_unpadded_attention` with :class:`UnpaddedCollator` (job key ``unpadded_attention``): pretrain's blocks
   are all full (prepare_data cuts the corpus into blocks of max_seq_length), so their attention mask is all ones.
@@ -22,7 +22,8 @@ changes nothing (torch is imported by the rank already; Liger only when asked fo
   matmuls (forward, and the two of the backward) in float8 through torchao's float8 training
   (``convert_to_float8_training``): each operand is scaled to float8 (tensorwise or rowwise, e4m3; the output
   gradient e5m2) and ``torch._scaled_mm`` multiplies them, the weights and the optimizer stay in their precision.
-  Rounding changes: the loss follows bf16's within noise or the key stays off (docs/benchmarks/).
+  It rounds more than bf16: BERT-base's loss after 60 steps stayed with bf16's, but it trained 15.5 % slower
+  (docs/benchmarks/gpu-2026-12-06b.md), so opt-in.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def use_float8(model, recipe: str):
     Raises:
         ValueError: an unknown recipe, a model with no module to convert, or one on a GPU older than compute
             capability 8.9 (``torch._scaled_mm`` has no float8 kernel there).
-        ImportError: torchao is not installed.
+        ImportError: torchao is not installed (the message says how to install it).
     """
     if recipe not in FLOAT8_RECIPES:
         raise ValueError(f"unknown float8 recipe {recipe!r}; choose one of {', '.join(FLOAT8_RECIPES)}")
@@ -210,12 +211,16 @@ def use_float8(model, recipe: str):
         major, minor = torch.cuda.get_device_capability(device)
         raise ValueError(f"float8 matmuls need a GPU of compute capability 8.9 or more (Ada, Hopper, Blackwell); "
                          f"{torch.cuda.get_device_name(device)} is {major}.{minor}: set float8 none")
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as e:
+        raise ImportError(f"float8 needs torchao in the node venv ({e}); provision the nodes again (site.yml: "
+                          "python_env installs it), or set float8 none") from None
 
     names = set(float8_module_names(model))
     if not names:
         raise ValueError(f"{type(model).__name__} has no nn.Linear in a repeated block to run in float8 "
-                         "(GPT-2's blocks are Conv1D); set float8 false")
+                         "(GPT-2's blocks are Conv1D); set float8 none")
     convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda module, fqn: fqn in names)
     return len(names)

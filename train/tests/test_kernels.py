@@ -210,9 +210,14 @@ def test_float8_training_on_cpu_follows_the_full_precision_loss():
     assert losses[-1] < losses[0] - 0.1
 
 
-def test_float8_refuses_what_it_cannot_run():
+def test_float8_refuses_what_it_cannot_run(monkeypatch):
     with pytest.raises(ValueError, match="unknown float8 recipe"):
         kernels.use_float8(_model("bert"), "fast")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "torchao", None)  # as if not installed: importing it raises ImportError
+        m.setitem(sys.modules, "torchao.float8", None)
+        with pytest.raises(ImportError, match="float8 needs torchao in the node venv.*site.yml"):
+            kernels.use_float8(_model("bert"), "tensorwise")
     pytest.importorskip("torchao")
     with pytest.raises(ValueError, match="Conv1D"):
         kernels.use_float8(_model("gpt2"), "tensorwise")
