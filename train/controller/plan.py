@@ -38,7 +38,7 @@ RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_lim
 # Job keys added after runs were made, each with the value the code before it ran: a resumed run whose job.json
 # lacks one keeps that value (its checkpoint's shapes and partitioning), not today's `auto` -- a vocabulary padded
 # now would not load a checkpoint of the unpadded one.
-RESUME_KEYS_ADDED = {"pad_vocab_to_multiple_of": 1, "offload_ratio": 1.0}
+RESUME_KEYS_ADDED = {"pad_vocab_to_multiple_of": 1, "offload_ratio": 1.0, "float8": "none"}
 SCRIPT_DEFAULTS = {"train_batch_size": None, "zero_stage": 2, "optimizer": "deepspeed", "autocast": False,
                    "torch_compile": False, "regional_compilation": False, "mlm_head": "full"}
 

@@ -59,10 +59,8 @@ AUTO_VOCAB_MULTIPLE = 128
 AUTO_FUSED_CROSS_ENTROPY = False
 
 
-# float8 "auto": none. torchao's float8 training on BERT-base's encoder layers made it 15.5 % slower (tensorwise) and
-# 28.5 % slower (rowwise) on one H100, the same loss after 60 steps (docs/benchmarks/gpu-2026-12-06b.md): at 768
-# wide the float8 casts (scale reductions and scaled copies of activations and gradients) cost more than the float8
-# matmuls save. Opt-in, e.g. to measure a wider model.
+# float8 "auto": none. torchao's float8 training made BERT-base slower on one H100, the same loss
+# (docs/benchmarks/gpu-2026-12-06b.md, which says why). Opt-in, e.g. to measure a wider model.
 AUTO_FLOAT8 = "none"
 
 
@@ -310,8 +308,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
       fused_cross_entropy: AUTO_FUSED_CROSS_ENTROPY for a causal LM on cuda (Liger Kernel's fused linear
         cross-entropy: less memory, slower); false for masked LMs (their head runs at the masked positions only) and
         on cpu (Triton).
-      float8: AUTO_FLOAT8 on cuda (none: slower for BERT-base), none on cpu (torch only emulates float8 there) and
-        for models whose blocks are Conv1D (CONV1D_MODEL_TYPES: nothing to convert).
+      float8: AUTO_FLOAT8 on cuda (none: slower for BERT-base), none on cpu (torch only emulates float8 there), for
+        models whose blocks are Conv1D (CONV1D_MODEL_TYPES: nothing to convert) and with ZeRO-3 (refused).
       regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
         layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
         BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
@@ -387,7 +385,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
     if job["fused_cross_entropy"] == "auto":
         job["fused_cross_entropy"] = AUTO_FUSED_CROSS_ENTROPY and cuda and job["task"] == "clm"
     if job["float8"] == "auto":
-        job["float8"] = AUTO_FLOAT8 if cuda and job["model_type"] not in CONV1D_MODEL_TYPES else "none"
+        job["float8"] = (AUTO_FLOAT8 if cuda and job["model_type"] not in CONV1D_MODEL_TYPES and job["zero_stage"] != 3
+                         else "none")
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS

@@ -18,12 +18,12 @@ Importing this module changes nothing (torch is imported by the rank already; Li
   fused linear cross-entropy from the last hidden states and the LM head's weight, chunk by chunk, without the
   (tokens x vocabulary) logits in fp32 that transformers' ``ForCausalLMLoss`` materialises: a third less peak GPU
   memory for GPT-2 small, but slower than the compiled stock loss (docs/benchmarks/gpu-2026-12-05.md), so opt-in.
-* :func:`use_float8` (job key ``float8``): the ``nn.Linear`` layers of the model's repeated blocks run their three
-  matmuls (forward, and the two of the backward) in float8 through torchao's float8 training
-  (``convert_to_float8_training``): each operand is scaled to float8 (tensorwise or rowwise, e4m3; the output
-  gradient e5m2) and ``torch._scaled_mm`` multiplies them, the weights and the optimizer stay in their precision.
-  It rounds more than bf16: BERT-base's loss after 60 steps stayed with bf16's, but it trained 15.5 % slower
-  (docs/benchmarks/gpu-2026-12-06b.md), so opt-in.
+* :func:`use_float8` (job key ``float8``): the ``nn.Linear`` layers of the model's repeated blocks run their matmuls
+  in float8 through torchao's float8 training (``convert_to_float8_training``): the operands are scaled to float8 by
+  the recipe's scales (one per tensor, or per row) and ``torch._scaled_mm`` multiplies them (the recipe
+  ``rowwise_with_gw_hp`` keeps the weight gradient's matmul in high precision); the weights and the optimizer stay in
+  their precision. It rounds more than bf16, and it was slower for BERT-base (docs/benchmarks/gpu-2026-12-06b.md),
+  so opt-in.
 """
 
 from __future__ import annotations
@@ -191,9 +191,11 @@ def float8_module_names(model) -> list[str]:
     return names
 
 
-def use_float8(model, recipe: str):
+def use_float8(model, recipe: str, device=None):
     """Convert ``model``'s :func:`float8_module_names` in place to torchao's ``Float8Linear`` with the float8
-    training recipe ``recipe`` (one of :data:`FLOAT8_RECIPES`; torchao's ``Float8LinearConfig.from_recipe_name``).
+    training recipe ``recipe`` (one of :data:`FLOAT8_RECIPES`; torchao's ``Float8LinearConfig.from_recipe_name``),
+    for training on ``device`` (a ``torch.device``; None: the device of the model's parameters -- a model loaded
+    from a directory is still on the CPU here, so the rank passes its own).
     Parameters, their names and saved files are unchanged (``Float8Linear`` subclasses ``nn.Linear`` and keeps
     its weight in the parameter's dtype); returns the number of modules converted.
 
@@ -206,21 +208,21 @@ def use_float8(model, recipe: str):
     """
     if recipe not in FLOAT8_RECIPES:
         raise ValueError(f"unknown float8 recipe {recipe!r}; choose one of {', '.join(FLOAT8_RECIPES)}")
-    device = next(model.parameters()).device
+    device = torch.device(device) if device is not None else next(model.parameters()).device
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
         major, minor = torch.cuda.get_device_capability(device)
         raise ValueError(f"float8 matmuls need a GPU of compute capability 8.9 or more (Ada, Hopper, Blackwell); "
-                         f"{torch.cuda.get_device_name(device)} is {major}.{minor}: set float8 none")
+                         f"{torch.cuda.get_device_name(device)} is {major}.{minor}: set -e float8=none")
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as e:
         raise ImportError(f"float8 needs torchao in the node venv ({e}); provision the nodes again (site.yml: "
-                          "python_env installs it), or set float8 none") from None
+                          "python_env installs it), or set -e float8=none") from None
 
     names = set(float8_module_names(model))
     if not names:
-        raise ValueError(f"{type(model).__name__} has no nn.Linear in a repeated block to run in float8 "
-                         "(GPT-2's blocks are Conv1D); set float8 none")
+        raise ValueError(f"{type(model).__name__} has no nn.Linear layer in a repeated block whose sizes are "
+                         "multiples of 16 to run in float8 (GPT-2's blocks are Conv1D); set -e float8=none")
     convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda module, fqn: fqn in names)
     return len(names)

@@ -286,7 +286,10 @@ def build_model(model_args: ModelArguments, tokenizer, block_length: int, device
                                  "loss); leave it false")
             kernels.use_fused_cross_entropy(model)
         if model_args.float8 != "none":
-            kernels.use_float8(model, model_args.float8)
+            converted = kernels.use_float8(model, model_args.float8, device)
+            if bootstrap.rank_info().rank == 0:
+                print(f"[pretrain] float8 ({model_args.float8}): {converted} nn.Linear layers of the blocks",
+                      flush=True)
     except (ValueError, TypeError, ImportError) as e:
         raise UsageError(f"{e}") from None
     return model, config

@@ -339,17 +339,18 @@ def test_resume_takes_the_first_command_line_again_as_ansible_passes_it(tmp_path
 
 
 def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path):
-    """A GPU run's job.json written before pad_vocab_to_multiple_of and offload_ratio existed: the resumed run keeps
-    the unpadded vocabulary and the whole-optimizer offload ratio its checkpoint was made with, not today's auto."""
+    """A GPU run's job.json written before pad_vocab_to_multiple_of, offload_ratio and float8 existed: the resumed run
+    keeps the unpadded vocabulary, the whole-optimizer offload ratio and the bf16 matmuls its checkpoint was made with,
+    not today's auto."""
     first, _ = finished_run(tmp_path, accelerator="cuda")
     assert first["job"]["pad_vocab_to_multiple_of"] == 128  # what a new run gets
     job_file = Path(first["paths"]["out_dir"]) / "job.json"
     old = json.loads(job_file.read_text())
-    del old["pad_vocab_to_multiple_of"], old["offload_ratio"]
+    del old["pad_vocab_to_multiple_of"], old["offload_ratio"], old["float8"]
     job_file.write_text(json.dumps(old))
     p = build(tmp_path, resume=first["run_name"], accelerator="cuda")
-    assert (p["job"]["pad_vocab_to_multiple_of"], p["job"]["offload_ratio"]) == (1, 1.0)
-    assert "--pad_vocab_to_multiple_of" not in p["argv"]
+    assert (p["job"]["pad_vocab_to_multiple_of"], p["job"]["offload_ratio"], p["job"]["float8"]) == (1, 1.0, "none")
+    assert "--pad_vocab_to_multiple_of" not in p["argv"] and "--float8" not in p["argv"]
 
 
 def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_complete_checkpoint(tmp_path):
