@@ -218,6 +218,32 @@ def test_llama_with_grouped_query_attention_and_activation_checkpointing(gpt2_ar
     assert gen.shape[1] > 3
 
 
+def test_float8_through_the_rank_and_deepspeed(gpt2_artifact, tmp_path):
+    """-e float8=tensorwise as the rank runs it (job key float8, torch's CPU emulation of the float8 matmuls): one
+    rank of the llama preset's tiny model under DeepSpeed ZeRO-2 converts the nn.Linear layers of its blocks (7 a
+    layer), says so, trains (the loss falls), and its saved model loads as a plain LlamaForCausalLM."""
+    pytest.importorskip("torchao")
+    from transformers import AutoModelForCausalLM
+
+    from train.controller import resolve
+
+    job = resolve.resolve("llama", {"accelerator": "cpu", "model_size": "tiny", "float8": "tensorwise"})
+    config = {**job["model_config"], "max_position_embeddings": SEQ}
+    out = tmp_path / "output"
+    args = pretrain_args(gpt2_artifact, out, ds_config(tmp_path / "ds.json", stage=2), task="clm",
+                         model_type="llama", config=config, max_steps=8, logging_steps=4, warmup=1)
+    flags = resolve.argv(job, "/d", "/o", "/c.json")
+    i = flags.index("--float8")
+    proc, _ = launch(1, args + flags[i:i + 2], tmp_path)
+    layers = config["num_hidden_layers"]
+    assert f"[pretrain] float8 (tensorwise): {7 * layers} nn.Linear layers of the blocks" in proc.stdout
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["steps"] == 8 and m["last_loss"] < m["first_loss"]
+    model, info = AutoModelForCausalLM.from_pretrained(str(out / "model"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear"
+
+
 def _checkpoint_estimate_matches(ckpt, model_type, config, vocab, zero_stage, ranks=2):
     """The plan's estimate of one checkpoint on the disk of the node that holds it whole (train.controller.memory
     checkpoint_bytes) against the checkpoint the run wrote: never below it, and its model and optimizer part within
