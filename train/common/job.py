@@ -112,6 +112,20 @@ FAMILIES = {
 CONV1D_MODEL_TYPES = ("gpt2",)
 
 
+def float8_refusal(job):
+    """Why the job cannot run float8 (job key float8), as (what is wrong, how to fix), or None when it can: the one
+    rule that validate() refuses with and that train.controller.resolve's ``auto`` stays inside. Reads the job's
+    model_type and zero_stage (resolved: no "auto")."""
+    if job["model_type"] in CONV1D_MODEL_TYPES:
+        return (f"float8 runs the nn.Linear layers of a model's blocks in float8; {job['model_type']}'s blocks are "
+                "transformers' Conv1D", "set -e float8=none (or auto)")
+    if job["zero_stage"] == 3:
+        return ("float8 (torchao's float8 training, built for PyTorch's FSDP2) is not run with DeepSpeed's ZeRO-3, "
+                "whose hooks partition and gather each layer's weight",
+                "set -e float8=none (or auto), or a zero_stage of 0-2")
+    return None
+
+
 # Inputs that determine train/data/prepare_data.py's artifact (the masking rate doesn't: masking happens at train time).
 DATA_KEY_FIELDS = ("task", "model_type", "tokenizer_type", "vocab_size", "lowercase", "tokenizer_path",
                    "dataset_path", "text_column", "max_seq_length")
@@ -337,13 +351,9 @@ def validate(job, origin=None):
     if job["fused_cross_entropy"] and (job["task"] != "clm" or job["accelerator"] != "cuda"):
         fail("fused_cross_entropy", "fused_cross_entropy (Liger Kernel's Triton kernels) applies to causal LMs on "
              f"cuda; the job is {job['task']} on {job['accelerator']}", "set -e fused_cross_entropy=false (or auto)")
-    if job["float8"] != "none" and job["model_type"] in CONV1D_MODEL_TYPES:
-        fail("float8", "float8 runs the nn.Linear layers of a model's blocks in float8; GPT-2's blocks are "
-             "transformers' Conv1D", "set -e float8=none (or auto)")
-    if job["float8"] != "none" and job["zero_stage"] == 3:
-        fail("float8", "float8 (torchao's float8 training, built for PyTorch's FSDP2) is not run with DeepSpeed's "
-             "ZeRO-3, whose hooks partition and gather each layer's weight", "set -e float8=none (or auto), or a "
-             "zero_stage of 0-2")
+    refused = float8_refusal(job)
+    if job["float8"] != "none" and refused:
+        fail("float8", *refused)
     if job["torch_compile"] and job["accelerator"] != "cuda":
         fail("torch_compile", "torch_compile needs accelerator cuda (on cpu it only adds start-up time)",
              "set -e torch_compile=false (or auto)")

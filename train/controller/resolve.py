@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from train.common.job import (CHOICES, CONV1D_MODEL_TYPES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, load_job,
-                              resolve_precision, validate)
+from train.common.job import (CHOICES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, float8_refusal,
+                              load_job, resolve_precision, validate)
 from train.common import cli, flops
 from train.common.jsonio import write_json_atomic
 from train.controller import memory
@@ -308,8 +308,8 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
       fused_cross_entropy: AUTO_FUSED_CROSS_ENTROPY for a causal LM on cuda (Liger Kernel's fused linear
         cross-entropy: less memory, slower); false for masked LMs (their head runs at the masked positions only) and
         on cpu (Triton).
-      float8: AUTO_FLOAT8 on cuda (none: slower for BERT-base), none on cpu (torch only emulates float8 there), for
-        models whose blocks are Conv1D (CONV1D_MODEL_TYPES: nothing to convert) and with ZeRO-3 (refused).
+      float8: AUTO_FLOAT8 on cuda (none: slower for BERT-base) where train.common.job.float8_refusal allows it (not
+        for Conv1D blocks, not with ZeRO-3); none on cpu (torch only emulates float8 there).
       regional_compilation: torch_compile with the masked MLM head, for llama, or for a model of REGIONAL_LAYERS
         layers or more; false otherwise. Regional compilation (accelerate's: each repeated block class -- a
         BertLayer -- compiled once and reused, the other modules one by one) leaves the model's own forward, with its
@@ -385,8 +385,7 @@ def _resolve_auto(job, origin, world_size, gpu_memory_bytes=None, host_memory_by
     if job["fused_cross_entropy"] == "auto":
         job["fused_cross_entropy"] = AUTO_FUSED_CROSS_ENTROPY and cuda and job["task"] == "clm"
     if job["float8"] == "auto":
-        job["float8"] = (AUTO_FLOAT8 if cuda and job["model_type"] not in CONV1D_MODEL_TYPES and job["zero_stage"] != 3
-                         else "none")
+        job["float8"] = AUTO_FLOAT8 if cuda and float8_refusal(job) is None else "none"
     if job["regional_compilation"] == "auto":
         layers, _ = flops.model_shape(job["model_config"] or {})
         deep = isinstance(layers, int) and layers >= REGIONAL_LAYERS

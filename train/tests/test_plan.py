@@ -338,7 +338,7 @@ def test_resume_takes_the_first_command_line_again_as_ansible_passes_it(tmp_path
         build(tmp_path, {**again, "warmup_steps": "lots"}, resume=first["run_name"])
 
 
-def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path):
+def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path, monkeypatch):
     """A GPU run's job.json written before pad_vocab_to_multiple_of, offload_ratio and float8 existed: the resumed run
     keeps the unpadded vocabulary, the whole-optimizer offload ratio and the bf16 matmuls its checkpoint was made with,
     not today's auto."""
@@ -348,6 +348,9 @@ def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path):
     old = json.loads(job_file.read_text())
     del old["pad_vocab_to_multiple_of"], old["offload_ratio"], old["float8"]
     job_file.write_text(json.dumps(old))
+    from train.controller import resolve
+
+    monkeypatch.setattr(resolve, "AUTO_FLOAT8", "tensorwise")  # were float8's auto to turn it on, the run keeps none
     p = build(tmp_path, resume=first["run_name"], accelerator="cuda")
     assert (p["job"]["pad_vocab_to_multiple_of"], p["job"]["offload_ratio"], p["job"]["float8"]) == (1, 1.0, "none")
     assert "--pad_vocab_to_multiple_of" not in p["argv"] and "--float8" not in p["argv"]
