@@ -51,8 +51,9 @@ unit-fast: setup
 	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(FILTER_TESTS) $(PYTEST_ARGS)
 
 # Python tests of train/ and the end-to-end test of the README's main-job command (needs `make provision`).
+# torchao: for the float8 tests (the job key float8 is opt-in on real nodes: roles/python_env/defaults/main.yml)
 unit:
-	$(NODE_PY) -m pip install --quiet --disable-pip-version-check pytest==9.2.0
+	$(NODE_PY) -m pip install --quiet --disable-pip-version-check pytest==9.2.0 torchao==0.18.0
 	DSC_E2E=$(DSC_E2E) $(NODE_PY) -m pytest train/tests roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests roles/python_env/tests roles/nccl/tests roles/deepspeed/tests roles/node_env/tests roles/cluster_check/tests roles/train_plan/tests roles/train_stage/tests roles/train_launch/tests roles/torch_matrix/tests roles/slurm/tests $(PYTEST_ARGS)
 
 # Everything CI runs (.ci/run): lint, provision this machine, pytest (unit + end-to-end), the roles' molecule

@@ -122,7 +122,8 @@ bench_run bert-warm "bert defaults, second run (compile caches warm)" "bench-ber
 # not a default: its loss beside the defaults' is in the report's settings lines
 bench_run bert-attn0 "bert, attention dropout 0" "bench-bert-attn0-$STAMP" "12:13" "${BERT[@]}" -e max_steps=60 \
   "${COMMON[@]}" -e '{"model_config": {"attention_probs_dropout_prob": 0.0}}'
-# float8 matmuls in BERT's layers (job key float8: torchao's tensorwise recipe, the fastest of its recipes, and
+# float8 matmuls in BERT's layers (they need torchao in the node venv: provision with
+# -e '{"python_env_packages_extra": ["torchao==0.18.0"]}'; job key float8: torchao's tensorwise recipe, the fastest of its recipes, and
 # rowwise, finer scales): their losses beside the defaults' are in the report's settings lines
 bench_run bert-fp8 "bert, float8 matmuls (tensorwise)" "bench-bert-fp8-$STAMP" "12:13" "${BERT[@]}" \
   -e max_steps=60 "${COMMON[@]}" -e float8=tensorwise

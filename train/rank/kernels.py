@@ -216,8 +216,8 @@ def use_float8(model, recipe: str, device=None):
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as e:
-        raise ImportError(f"float8 needs torchao in the node venv ({e}); provision the nodes again (site.yml: "
-                          "python_env installs it), or set -e float8=none") from None
+        raise ImportError(f"float8 needs torchao in the node venv ({e}); add torchao==0.18.0 to "
+                          "python_env_packages_extra in the inventory and run site.yml, or set -e float8=none") from None
 
     names = set(float8_module_names(model))
     if not names:
