@@ -2,7 +2,8 @@
 are built (torch, transformers, accelerate and deepspeed are imported inside the functions):
 
 * :func:`init_cpu_deepspeed_distributed` (and :func:`configured_state`): accelerate leaves the process-group
-  backend unset under DeepSpeed on CPU, so the Trainer would believe world size is 1;
+  backend unset under DeepSpeed on CPU, so the Trainer would believe world size is 1; and DeepSpeed's shared-memory
+  all-reduce buffers would outlive the run in /dev/shm (:func:`release_cpu_allreduce_buffer`);
 * :func:`fix_loss_kwargs_flag`: the Trainer multiplies the loss by the world size for models that take
   ``**kwargs`` but ignore ``num_items_in_batch`` (BERT);
 * :func:`clip_without_host_sync`: on ZeRO-0 with the Trainer's optimizer, gradient clipping in the optimizer's
@@ -64,7 +65,58 @@ def init_cpu_deepspeed_distributed(deepspeed_config: str | None, ddp_timeout: in
     expected = int(os.environ.get("WORLD_SIZE", "1"))
     if state.num_processes != expected:
         raise RuntimeError(f"accelerate sees {state.num_processes} processes, the launcher started {expected}")
+    release_cpu_allreduce_buffer()
     return True
+
+
+#: the prefix of the POSIX shared-memory objects DeepSpeed's CPU all-reduce creates, one per rank (deepspeed 0.19.8
+#: ops/csrc/cpu/comm/shm.cpp: SHM_BUFFER_NAME, shm_initialize)
+CPU_ALLREDUCE_SHM_PREFIX = "deepspeed_allreduce_buffer"
+
+#: where Linux keeps POSIX shared-memory objects (shm_overview(7): a tmpfs, normally mounted on /dev/shm)
+SHM_DIR = "/dev/shm"
+
+
+def cpu_allreduce_buffer_name(rank: int, master_addr: str, master_port: str, uid: int | None = None) -> str:
+    """The name of rank ``rank``'s shared-memory all-reduce buffer: DeepSpeed 0.19.8's shm.cpp ``shm_initialize``
+    names it ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` (uid: the process's, getuid())."""
+    return f"{CPU_ALLREDUCE_SHM_PREFIX}_{os.getuid() if uid is None else uid}_{master_addr}_{master_port}_{rank}"
+
+
+def release_cpu_allreduce_buffer() -> str | None:
+    """Unlink this rank's DeepSpeed CPU all-reduce buffer from /dev/shm once every rank of the node has mapped it.
+
+    On a CPU accelerator DeepSpeed's TorchBackend (deepspeed/comm/torch.py) builds its shm op, and when all ranks are
+    on one node (WORLD_SIZE == LOCAL_SIZE: shm_interface.cpp ``all_ranks_local_p``) each rank creates a ~67 MB
+    POSIX shared-memory object and maps every other rank's (shm.cpp ``shm_initialize``, which waits until each
+    exists). Nothing unlinks them (``shared_close`` is never called), so every run -- a test, ``make demo`` -- left
+    its ranks' buffers in /dev/shm, RAM that only a reboot gave back; a machine that ran the tests for a day had
+    21 GB of them, and its ranks slowed to a crawl. Once every rank is past the barrier here every rank has mapped
+    every buffer (a rank reaches the barrier only after its own ``shm_initialize`` returned), so the names can go:
+    the memory stays mapped while a rank lives and is freed when the last one exits, however it ends (SIGKILL too).
+
+    Call it on every rank, after torch.distributed is up (the barrier is collective): it does nothing when the ranks
+    span several nodes (no buffer, and the condition is the same on every rank, so no rank waits alone).
+
+    Returns:
+        The path unlinked, or None (ranks on several nodes, or no buffer: DeepSpeed without its shm op).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()  # the size DeepSpeed's shm op was initialised with
+    if world != int(os.environ.get("LOCAL_SIZE") or 0):
+        return None
+    if world > 1:
+        dist.barrier()
+    path = Path(SHM_DIR) / cpu_allreduce_buffer_name(dist.get_rank(), os.environ.get("MASTER_ADDR", ""),
+                                                     os.environ.get("MASTER_PORT", ""))
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    return str(path)
 
 
 def configured_state(accelerator_config) -> dict:

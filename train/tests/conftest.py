@@ -163,8 +163,9 @@ def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420,
     the repo root, as the playbook runs it on one node; returns (process, seconds)."""
     hostfile = workdir / "hostfile"
     hostfile.write_text(f"localhost slots={ranks}\n", encoding="utf-8")
+    port = free_port()
     cmd = [DEEPSPEED, "--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), *entry, *args]
+           "--master_port", str(port), *entry, *args]
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
     env.pop("OMP_NUM_THREADS", None)  # let pretrain.py pick (cores / ranks per node)
     t0 = time.monotonic()
@@ -173,4 +174,7 @@ def launch(ranks: int, args: list[str], workdir: Path, timeout: int = 420,
     elapsed = time.monotonic() - t0
     (workdir / "launch.log").write_text(proc.stdout, encoding="utf-8")
     assert proc.returncode == 0, f"deepspeed launch failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}"
+    # DeepSpeed's CPU all-reduce buffers (~67 MB a rank, named after the master port) must not outlive the run
+    left = sorted(p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*"))
+    assert not left, f"the run left DeepSpeed's shared-memory buffers in /dev/shm: {left}"
     return proc, elapsed

@@ -85,6 +85,31 @@ def test_bootstrap_makes_a_lone_deepspeed_process_rank_0_of_1():
     assert proc.stdout.split() == ["0", "1", "127.0.0.1", "True"]
 
 
+def test_deepspeeds_cpu_allreduce_buffer_is_unlinked_once_mapped():
+    """DeepSpeed's TorchBackend on CPU creates /dev/shm/<cpu_allreduce_buffer_name> (a real init_distributed, one
+    rank); release_cpu_allreduce_buffer unlinks that very file, while the rank keeps its mapping."""
+    proc = _run("""
+import json, os
+from pathlib import Path
+from train.rank import bootstrap, patches
+bootstrap.bootstrap('ds.json', announce=False)
+import deepspeed, torch.distributed as dist
+deepspeed.init_distributed(dist_backend='gloo')
+shm = Path(patches.SHM_DIR) / patches.cpu_allreduce_buffer_name(0, os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])
+before = shm.is_file() and shm.stat().st_size
+released = patches.release_cpu_allreduce_buffer()
+t = __import__('torch').ones(4)
+dist.all_reduce(t)  # the backend still works on its mapped buffers
+print(json.dumps({"path": str(shm), "before": before, "released": released, "after": shm.exists(),
+                  "again": patches.release_cpu_allreduce_buffer(), "sum": t.tolist()}))
+""")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["before"] > 32 * 2**20, out  # DeepSpeed made it: two 32 MB halves and more
+    assert out["released"] == out["path"] and out["after"] is False and out["again"] is None, out
+    assert out["sum"] == [1.0] * 4
+
+
 def test_run_identity_prefers_env_then_job_file_then_run_name(tmp_path, monkeypatch):
     monkeypatch.delenv(bootstrap.RUN_NAME_ENV, raising=False)
     monkeypatch.delenv(bootstrap.JOB_FILE_ENV, raising=False)
