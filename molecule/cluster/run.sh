@@ -76,6 +76,11 @@ playbook() { (cd "$repo" && ansible-playbook -i "$inv" "$@"); }
 
 converge() {
   local t0
+  # a variable of the admin's shell (node_env_passthrough) that every rank must get, in every launch mode, and that no
+  # log may show: a fresh value each converge, kept for verify.py (test_the_admins_shell_variables_reach_every_rank)
+  (umask 077 && python3 -c 'import secrets; print("hf_cluster" + secrets.token_hex(12))' >"$state/passed-token")
+  HF_TOKEN=$(cat "$state/passed-token")
+  export HF_TOKEN
   t0=$(date +%s)
   log "site.yml"
   playbook site.yml 2>&1 | tee "$state/site.log"
@@ -102,8 +107,11 @@ converge() {
   # as a Slurm job (-e launcher=slurm, docs/slurm.md: site.yml set Slurm up, slurm_enabled in the inventory).
   t0=$(date +%s)
   log "train.yml -e script=my_run_mlm.py -e launcher=slurm"
-  (cd "$repo" && python3 -c 'import sys; from train.tests.test_run_script import USER_SCRIPT;
-open(sys.argv[1], "w").write(USER_SCRIPT)' "$state/my_run_mlm.py")
+  # with a first line of this scenario's: each rank prints a digest of the HF_TOKEN it got (verify.py)
+  (cd "$repo" && python3 -c 'import sys; from train.tests.test_run_script import USER_SCRIPT
+probe = ("import hashlib, os, socket; print(\"[passed] %s HF_TOKEN sha256:%s\" % (socket.gethostname(), "
+         "hashlib.sha256(os.environ.get(\"HF_TOKEN\", \"\").encode()).hexdigest()[:16]), flush=True)\n")
+open(sys.argv[1], "w").write(probe + USER_SCRIPT)' "$state/my_run_mlm.py")
   podman exec "dsc-head-1" python3 -c 'import os, pydoc_data.topics as t
 os.makedirs("/root/corpus", exist_ok=True)
 lines = [l.strip() for v in t.topics.values() for l in v.splitlines() if len(l.split()) > 6]

@@ -276,6 +276,31 @@ def test_user_script_ran_on_every_node():
     assert ds["train_micro_batch_size_per_gpu"] == "auto"  # the Trainer fills it
 
 
+def test_the_admins_shell_variables_reach_every_rank_and_no_log_shows_them():
+    """run.sh's converge runs every train.yml with HF_TOKEN set in its shell (node_env_passthrough). Every rank of the
+    Slurm job (srun starts each node's launcher; DeepSpeed's runner forwards no .deepspeed_env there) printed the
+    token's digest (the probe line run.sh put first in the script); the launchers of -e launcher=ansible got it from
+    passthrough.env, mode 0600 in each node's run directory; and neither the playbooks' output nor anything the runs
+    brought back holds the token."""
+    import hashlib
+
+    token = (STATE / "passed-token").read_text().strip()
+    assert token.startswith("hf_cluster")
+    digest = hashlib.sha256(token.encode()).hexdigest()[:16]
+    nodes, _ = inventory()
+    logs = script_run() / "logs"
+    for rank, node in enumerate(nodes):
+        text = (logs / f"{node}.rank{rank}.log").read_text()
+        assert f"[passed] {node} HF_TOKEN sha256:{digest}" in text, text[:2000]
+    run = run_dir("ansible").name
+    for node in nodes:
+        mode = podman_exec(node, "stat", "-c", "%a", f"/opt/deepspeed-cluster/runs/{run}/passthrough.env").stdout
+        assert mode.strip() == "600", (node, mode)
+    leaked = [str(f) for f in [*STATE.glob("*.log"), *(STATE / "outputs").rglob("*")]
+              if f.is_file() and token.encode() in f.read_bytes()]
+    assert not leaked, leaked
+
+
 def test_the_scripts_data_was_staged_as_a_tree_with_its_manifest_beside_it():
     """The user script's data (script_data, a directory on the head) went out as the prepared data does: round 1
     head-1 -> worker-1, round 2 worker-1 -> worker-2, each copy checked against the head's MANIFEST, which lies

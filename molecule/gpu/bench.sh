@@ -71,12 +71,9 @@ if [ ! -s "$STATE/importtime.txt" ]; then  # where a rank's imports go (the repo
   env -u PYTHONPATH "$PY" -c "import time, subprocess, sys; t = time.time(); subprocess.run([sys.executable, '-c', 'import train.rank.pretrain'], check=True); print(f'import train.rank.pretrain: {time.time() - t:.1f} s wall')" || true
 fi
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-compile_caches() {  # torch.compile's cache directories as the ranks get them: the .deepspeed_env the last run rendered
-  # (its path from that run's playbook log); none yet = no run on this machine yet, nothing cached there
-  local envfile
-  envfile=$(ls -t "$STATE"/logs/*.playbook.log 2>/dev/null | xargs -r grep -ho 'Render /[^ ]*/\.deepspeed_env' |
-            head -1 | cut -d' ' -f2)  # ls -t: the newest run's log first
-  [ -n "$envfile" ] && [ -f "$envfile" ] && sed -n 's/^\(TORCHINDUCTOR_CACHE_DIR\|TRITON_CACHE_DIR\)=//p' "$envfile"
+compile_caches() {  # torch.compile's cache directories as the ranks get them: the job environment node_env keeps in
+  # the login profile (the same variables the launch passes to the ranks), and torch's own default
+  sh -c '. "$HOME/.profile" >/dev/null 2>&1; for d in "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"; do [ -n "$d" ] && echo "$d"; done'
   echo "/tmp/torchinductor_$(id -un)"  # torch's own default, where the variables are not set
 }
 bench_run() {  # key (DSC_BENCH_RUNS), label, run name, profile steps ("" for none), -e arguments...
