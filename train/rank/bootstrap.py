@@ -168,6 +168,16 @@ def rank_info() -> RankInfo:
                     host=socket.gethostname(), started=time.monotonic())
 
 
+def barrier() -> None:
+    """Wait until every rank has got here; nothing without torch.distributed or with one rank. A collective: every
+    rank must call it."""
+    import torch
+
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def gather_objects(obj) -> list:
     """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` without torch.distributed. A collective: every
     rank must call it."""

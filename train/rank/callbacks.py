@@ -29,7 +29,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from train.rank.bootstrap import gather_objects, rank_info
+from train.rank.bootstrap import barrier, gather_objects, rank_info
 from train.rank.metrics import build_metrics, finite_number, run_identity, write_metrics
 
 PROGRESS = "progress.jsonl"
@@ -174,9 +174,12 @@ class ProgressCallback(TrainerCallback):
         self._mark = time.monotonic()
 
     def on_save(self, args, state, control, **kwargs):
-        """After the Trainer saved ``checkpoint-<global step>`` (every rank has written its part by then): the event
-        records the save's seconds (since the step's end or its log line, which the save follows) and the bytes of
-        this node's part of the checkpoint (with save_on_each_node every node holds its ranks' shards)."""
+        """After the Trainer saved ``checkpoint-<global step>``: the event records the save's seconds (since the
+        step's end or its log line, which the save follows) and the bytes of this node's part of the checkpoint (with
+        save_on_each_node every node holds its ranks' shards). Every rank waits here for the others first: the
+        Trainer (transformers 5.24 ``_save_checkpoint``) writes each rank's ``rng_state_<R>.pth`` after the shared
+        part with no barrier after it, so rank 0 could count the files before a peer's was there."""
+        barrier()
         if not state.is_world_process_zero:
             return
         now = time.monotonic()

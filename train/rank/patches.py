@@ -108,8 +108,9 @@ def release_cpu_allreduce_buffer() -> str | None:
     world = dist.get_world_size()  # the size DeepSpeed's shm op was initialised with
     if world != int(os.environ.get("LOCAL_SIZE") or 0):
         return None
-    if world > 1:
-        dist.barrier()
+    from train.rank.bootstrap import barrier
+
+    barrier()
     path = Path(SHM_DIR) / cpu_allreduce_buffer_name(dist.get_rank(), os.environ.get("MASTER_ADDR", ""),
                                                      os.environ.get("MASTER_PORT", ""))
     try:

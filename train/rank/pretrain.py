@@ -379,8 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         m = metrics_cb.metrics or {}
         print(f"[pretrain] done: {m.get('steps')} steps, loss {m.get('first_loss')} -> {m.get('last_loss')}, "
               f"{m.get('train_samples_per_second')} samples/s, wrote {out}", flush=True)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
+    bootstrap.barrier()
     return 0
 
 
