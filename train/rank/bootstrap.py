@@ -12,6 +12,7 @@ The launcher sets ``DSC_JOB_FILE`` (the run's job.json on this node) and may set
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import socket
@@ -91,8 +92,46 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
     from train.node import rank_status  # the rank's status file under the run directory (names a rank that dies)
 
     rank_status.record_start(info.rank, info.world_size, info.local_rank, info.host)
+    if info.world_size == local_size:  # every rank on this node: DeepSpeed's CPU all-reduce may make a buffer
+        atexit.register(unlink_cpu_allreduce_buffer)
     _INFO = info
     return info
+
+
+#: the prefix of the POSIX shared-memory objects DeepSpeed's CPU all-reduce creates, one per rank (deepspeed 0.19.8
+#: ops/csrc/cpu/comm/shm.cpp: SHM_BUFFER_NAME, shm_initialize)
+CPU_ALLREDUCE_SHM_PREFIX = "deepspeed_allreduce_buffer"
+
+#: where Linux keeps POSIX shared-memory objects (shm_overview(7): a tmpfs, normally mounted on /dev/shm)
+SHM_DIR = "/dev/shm"
+
+
+def cpu_allreduce_buffer_name(rank: int, master_addr: str, master_port: str, uid: int | None = None) -> str:
+    """The name of rank ``rank``'s shared-memory all-reduce buffer: DeepSpeed 0.19.8's shm.cpp ``shm_initialize``
+    names it ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` (uid: the process's, getuid())."""
+    return f"{CPU_ALLREDUCE_SHM_PREFIX}_{os.getuid() if uid is None else uid}_{master_addr}_{master_port}_{rank}"
+
+
+def unlink_cpu_allreduce_buffer(rank: int | None = None) -> str | None:
+    """Unlink this rank's DeepSpeed CPU all-reduce buffer (/dev/shm; see train.rank.patches.release_cpu_allreduce_buffer,
+    which does it at start-up for a run that builds TrainingArguments). Registered with atexit by :func:`bootstrap` for
+    ranks that all run on one node, so that a script which calls deepspeed.init_distributed itself leaves no buffer
+    either when it ends (not when it is killed). Peers that mapped the buffer keep it until they exit.
+
+    Args:
+        rank: the global rank; default $RANK (the name also takes $MASTER_ADDR and $MASTER_PORT, as DeepSpeed does).
+
+    Returns:
+        The path unlinked, or None when there was none. Never raises.
+    """
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+    path = Path(SHM_DIR) / cpu_allreduce_buffer_name(rank, os.environ.get("MASTER_ADDR", ""),
+                                                     os.environ.get("MASTER_PORT", ""))
+    try:
+        path.unlink()
+    except OSError:
+        return None
+    return str(path)
 
 
 _TEES: list = []  # the tee processes of tee_rank_output (kept so that they are never collected as garbage)

@@ -69,20 +69,6 @@ def init_cpu_deepspeed_distributed(deepspeed_config: str | None, ddp_timeout: in
     return True
 
 
-#: the prefix of the POSIX shared-memory objects DeepSpeed's CPU all-reduce creates, one per rank (deepspeed 0.19.8
-#: ops/csrc/cpu/comm/shm.cpp: SHM_BUFFER_NAME, shm_initialize)
-CPU_ALLREDUCE_SHM_PREFIX = "deepspeed_allreduce_buffer"
-
-#: where Linux keeps POSIX shared-memory objects (shm_overview(7): a tmpfs, normally mounted on /dev/shm)
-SHM_DIR = "/dev/shm"
-
-
-def cpu_allreduce_buffer_name(rank: int, master_addr: str, master_port: str, uid: int | None = None) -> str:
-    """The name of rank ``rank``'s shared-memory all-reduce buffer: DeepSpeed 0.19.8's shm.cpp ``shm_initialize``
-    names it ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>`` (uid: the process's, getuid())."""
-    return f"{CPU_ALLREDUCE_SHM_PREFIX}_{os.getuid() if uid is None else uid}_{master_addr}_{master_port}_{rank}"
-
-
 def release_cpu_allreduce_buffer() -> str | None:
     """Unlink this rank's DeepSpeed CPU all-reduce buffer from /dev/shm once every rank of the node has mapped it.
 
@@ -108,16 +94,10 @@ def release_cpu_allreduce_buffer() -> str | None:
     world = dist.get_world_size()  # the size DeepSpeed's shm op was initialised with
     if world != int(os.environ.get("LOCAL_SIZE") or 0):
         return None
-    from train.rank.bootstrap import barrier
+    from train.rank.bootstrap import barrier, unlink_cpu_allreduce_buffer
 
     barrier()
-    path = Path(SHM_DIR) / cpu_allreduce_buffer_name(dist.get_rank(), os.environ.get("MASTER_ADDR", ""),
-                                                     os.environ.get("MASTER_PORT", ""))
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return None
-    return str(path)
+    return unlink_cpu_allreduce_buffer(dist.get_rank())
 
 
 def configured_state(accelerator_config) -> dict:

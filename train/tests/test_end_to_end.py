@@ -275,8 +275,13 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
     out = tmp_path / "outputs"
     extra = {"script": str(script), "run_name": "plain", "train_output_dir": str(out), "train_poll_seconds": 2,
              "script_args": ["--per_device_train_batch_size", "4", "--max_steps", "3", "--warmup_steps", "1"]}
+    before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "plain.log", timeout=10 * 60)
     assert proc.returncode == 0, proc.stdout[-4000:]
+    # the script calls deepspeed.init_distributed itself: each rank unlinks its CPU all-reduce buffer as it exits
+    # (train.rank.bootstrap.unlink_cpu_allreduce_buffer), or every such run would leave ~67 MB a rank in /dev/shm
+    left = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) - before
+    assert not left, sorted(str(f) for f in left)
     ds = json.loads((out / "plain" / "ds_config.json").read_text())
     assert "auto" not in json.dumps(ds) and ds["train_batch_size"] == 4 * 2
     ranks = rank_logs(out / "plain")

@@ -121,6 +121,21 @@ def test_loss_is_not_scaled_by_world_size(user_run):
     assert abs(first - math.log(tok_vocab)) < 0.15 * math.log(tok_vocab), first
 
 
+def test_a_plain_deepspeed_script_leaves_no_shared_memory_behind(tmp_path):
+    """A script that calls deepspeed.init_distributed itself (no TrainingArguments, so no start-up release): its two
+    ranks train, and each unlinks its CPU all-reduce buffer as it exits (launch fails a run that leaves one)."""
+    from train.tests.test_plan import PLAIN_DS
+
+    script = tmp_path / "plain_ds.py"
+    script.write_text(PLAIN_DS)
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+                                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    proc, _ = launch(2, ["--deepspeed", str(config), "--output_dir", str(tmp_path / "out")], tmp_path,
+                     entry=("--module", "train.rank.run_script", str(script)))
+    assert proc.stdout.count("plain-ds-done") == 2, proc.stdout[-3000:]  # the ranks share stdout: words interleave
+
+
 @pytest.mark.parametrize(
     ("given", "expect"),
     [

@@ -95,7 +95,7 @@ from train.rank import bootstrap, patches
 bootstrap.bootstrap('ds.json', announce=False)
 import deepspeed, torch.distributed as dist
 deepspeed.init_distributed(dist_backend='gloo')
-shm = Path(patches.SHM_DIR) / patches.cpu_allreduce_buffer_name(0, os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])
+shm = Path(bootstrap.SHM_DIR) / bootstrap.cpu_allreduce_buffer_name(0, os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])
 before = shm.is_file() and shm.stat().st_size
 released = patches.release_cpu_allreduce_buffer()
 t = __import__('torch').ones(4)
