@@ -278,10 +278,10 @@ def test_user_script_ran_on_every_node():
 
 def test_the_admins_shell_variables_reach_every_rank_and_no_log_shows_them():
     """run.sh's converge runs every train.yml with HF_TOKEN set in its shell (node_env_passthrough). Every rank of the
-    Slurm job (srun starts each node's launcher; DeepSpeed's runner forwards no .deepspeed_env there) printed the
-    token's digest (the probe line run.sh put first in the script); the launchers of -e launcher=ansible got it from
-    passthrough.env, mode 0600 in each node's run directory; and neither the playbooks' output nor anything the runs
-    brought back holds the token."""
+    Slurm job (srun starts each node's launcher) printed the token's digest (the probe line run.sh put first in the
+    script); the runs with -e launcher=pdsh and ansible had passthrough.env, mode 0600, in each node's run directory,
+    which their ranks read; and neither the playbooks' output nor anything the runs brought back holds the token
+    (DeepSpeed's pdsh runner logs the exports of .deepspeed_env in train.log, so the token must not be there)."""
     import hashlib
 
     token = (STATE / "passed-token").read_text().strip()
@@ -292,10 +292,10 @@ def test_the_admins_shell_variables_reach_every_rank_and_no_log_shows_them():
     for rank, node in enumerate(nodes):
         text = (logs / f"{node}.rank{rank}.log").read_text()
         assert f"[passed] {node} HF_TOKEN sha256:{digest}" in text, text[:2000]
-    run = run_dir("ansible").name
-    for node in nodes:
-        mode = podman_exec(node, "stat", "-c", "%a", f"/opt/deepspeed-cluster/runs/{run}/passthrough.env").stdout
-        assert mode.strip() == "600", (node, mode)
+    for run in (run_dir("pdsh").name, run_dir("ansible").name):
+        for node in nodes:
+            mode = podman_exec(node, "stat", "-c", "%a", f"/opt/deepspeed-cluster/runs/{run}/passthrough.env").stdout
+            assert mode.strip() == "600", (run, node, mode)
     leaked = [str(f) for f in [*STATE.glob("*.log"), *(STATE / "outputs").rglob("*")]
               if f.is_file() and token.encode() in f.read_bytes()]
     assert not leaked, leaked

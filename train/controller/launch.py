@@ -64,13 +64,9 @@ def deepspeed_argv(deepspeed: str, hostfile: str, master_addr: str, master_port:
     return argv + user
 
 
-def shell_line(argv: list[str], log: str, env_file: str = "") -> str:
+def shell_line(argv: list[str], log: str) -> str:
     """One ``sh`` line that replaces the shell with ``argv`` and sends stdout and stderr to ``log`` (path).
 
-    Every word is quoted with shlex.quote, so the shell passes ``argv`` to the launcher exactly as given. With
-    ``env_file`` (a path; "" for none) the shell first reads it with ``.``: the ``export NAME="value"`` lines of the
-    variables passed from the admin's shell (roles/train_launch/tasks/passthrough.yml), so that their values reach
-    the launcher and its ranks without appearing on a command line; the launcher is not started when it cannot be read.
+    Every word is quoted with shlex.quote, so the shell passes ``argv`` to the launcher exactly as given.
     """
-    line = f"exec {' '.join(shlex.quote(a) for a in argv)} > {shlex.quote(log)} 2>&1"
-    return f". {shlex.quote(env_file)} && {line}" if env_file else line
+    return f"exec {' '.join(shlex.quote(a) for a in argv)} > {shlex.quote(log)} 2>&1"

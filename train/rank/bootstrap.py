@@ -4,7 +4,8 @@
 among its ranks), HF_HUB_OFFLINE=1 and TOKENIZERS_PARALLELISM=false unless already set, the rank/world variables of
 a single-process run under ``--deepspeed``; in a run of the playbooks, a copy of everything the rank writes to
 stdout/stderr in ``<run_dir>/logs/<host>.rank<R>.log`` (:func:`tee_rank_output`) and the rank's status file
-(train.node.rank_status); then it prints ``[rank R/W] host=<hostname> local_rank=<L>``.
+(train.node.rank_status), and the variables the admin's shell passed to the run (:func:`load_passthrough`); then it
+prints ``[rank R/W] host=<hostname> local_rank=<L>``.
 
 The launcher sets ``DSC_JOB_FILE`` (the run's job.json on this node) and may set ``DSC_RUN_NAME`` in
 ``.deepspeed_env``, so every rank sees them even when a user's script writes to an ``--output_dir`` of its own.
@@ -25,6 +26,10 @@ JOB_FILE_ENV = "DSC_JOB_FILE"
 
 
 RUN_NAME_ENV = "DSC_RUN_NAME"
+
+#: beside the run's job.json on every node, mode 0600, when the admin's shell passed variables (node_env_passthrough:
+#: HF_TOKEN, WANDB_API_KEY, ...): one NAME=value line each (roles/train_launch/tasks/passthrough.yml)
+PASSTHROUGH_FILE = "passthrough.env"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +60,9 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
 
     With ``$DSC_JOB_FILE`` (a run of the playbooks) this rank's output is also copied into its own log file first
     (:func:`tee_rank_output`). Sets, unless already set: OMP_NUM_THREADS = usable cores // ranks on this node (LOCAL_SIZE or
-    LOCAL_WORLD_SIZE), HF_HUB_OFFLINE=1 (nothing is downloaded at start-up), TOKENIZERS_PARALLELISM=false. When
-    torch is already imported its thread count is set to OMP_NUM_THREADS too.
+    LOCAL_WORLD_SIZE), HF_HUB_OFFLINE=1 (nothing is downloaded at start-up), TOKENIZERS_PARALLELISM=false; and the
+    variables the admin's shell passed to the run (:func:`load_passthrough`). When torch is already imported its
+    thread count is set to OMP_NUM_THREADS too.
 
     Returns:
         RankInfo of this process (the same object on later calls; the single-process variables are still added
@@ -76,6 +82,7 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
         # ranks on one node share its cores; torch would otherwise start one thread per core in every rank
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         os.environ["OMP_NUM_THREADS"] = str(max(1, cpus // max(1, local_size)))
+    load_passthrough()
     # nothing is downloaded at start-up (docs/developers/architecture.md, "What flows between the sites")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -205,6 +212,37 @@ def rank_info() -> RankInfo:
                     local_rank=int(os.environ.get("LOCAL_RANK", "0")),
                     local_size=int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1),
                     host=socket.gethostname(), started=time.monotonic())
+
+
+def load_passthrough(job_file: str | None = None) -> list[str]:
+    """Put the variables the admin's shell passed to the run (``passthrough.env`` beside the run's job.json, written
+    by roles/train_launch/tasks/passthrough.yml on every node) into this rank's environment, over what it inherited.
+
+    The one way they reach a rank, whatever the launcher (pdsh, Ansible, srun) and on one node too: not through
+    .deepspeed_env, whose lines DeepSpeed's pdsh runner puts on the pdsh command line and logs, nor through the launch
+    tasks' environment, which Ansible puts on the remote command line.
+
+    Args:
+        job_file: the run's job.json on this node; default ``$DSC_JOB_FILE``. None/unset: nothing is read.
+
+    Returns:
+        The names set, in the file's order ([] without a file). Lines without ``=`` or with a name that is not an
+        identifier are skipped; a value is the rest of its line, as given. Never raises.
+    """
+    job_file = job_file or os.environ.get(JOB_FILE_ENV)
+    if not job_file:
+        return []
+    try:
+        text = (Path(job_file).parent / PASSTHROUGH_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    names = []
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.isidentifier():
+            os.environ[name] = value
+            names.append(name)
+    return names
 
 
 def barrier() -> None:

@@ -85,6 +85,18 @@ def test_bootstrap_makes_a_lone_deepspeed_process_rank_0_of_1():
     assert proc.stdout.split() == ["0", "1", "127.0.0.1", "True"]
 
 
+def test_bootstrap_puts_the_variables_passed_to_the_run_into_the_ranks_environment(tmp_path):
+    """passthrough.env beside the run's job.json (roles/train_launch/tasks/passthrough.yml): its NAME=value lines go
+    into the rank's environment over what it inherited, values as given; other lines are skipped."""
+    (tmp_path / "job.json").write_text("{}")
+    (tmp_path / "passthrough.env").write_text('HF_TOKEN=hf_x=y "z" $HOME\nnot a line\n9BAD=1\nWANDB_MODE=offline\n')
+    proc = _run("import json, os; from train.rank import bootstrap; bootstrap.bootstrap(announce=False); "
+                "print(json.dumps([os.environ.get(k) for k in ('HF_TOKEN', 'WANDB_MODE', '9BAD')]))",
+                env={"DSC_JOB_FILE": str(tmp_path / "job.json"), "WANDB_MODE": "online"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ['hf_x=y "z" $HOME', "offline", None]
+
+
 def test_deepspeeds_cpu_allreduce_buffer_is_unlinked_once_mapped():
     """DeepSpeed's TorchBackend on CPU creates /dev/shm/<cpu_allreduce_buffer_name> (a real init_distributed, one
     rank); release_cpu_allreduce_buffer unlinks that very file, while the rank keeps its mapping."""

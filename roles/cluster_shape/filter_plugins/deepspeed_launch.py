@@ -25,9 +25,9 @@ def deepspeed_launch_argv(deepspeed, hostfile, shape, entry, master_port, node_r
                           single_node=bool(shape["single_node"]), node_rank=node_rank)
 
 
-def deepspeed_shell_line(argv, log, env_file=""):
-    """``[. env_file &&] exec <argv> > log 2>&1`` for ansible.builtin.shell: see train.controller.launch.shell_line."""
-    return shell_line([str(a) for a in argv], str(log), str(env_file or ""))
+def deepspeed_shell_line(argv, log):
+    """``exec <argv> > log 2>&1`` for ansible.builtin.shell: see train.controller.launch.shell_line."""
+    return shell_line([str(a) for a in argv], str(log))
 
 
 def is_ip_address(value):
