@@ -13,7 +13,6 @@ The launcher sets ``DSC_JOB_FILE`` (the run's job.json on this node) and may set
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import os
 import socket
@@ -99,8 +98,6 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
     from train.node import rank_status  # the rank's status file under the run directory (names a rank that dies)
 
     rank_status.record_start(info.rank, info.world_size, info.local_rank, info.host)
-    if info.world_size == local_size:  # every rank on this node: DeepSpeed's CPU all-reduce may make a buffer
-        atexit.register(unlink_cpu_allreduce_buffer)
     _INFO = info
     return info
 
@@ -120,10 +117,9 @@ def cpu_allreduce_buffer_name(rank: int, master_addr: str, master_port: str, uid
 
 
 def unlink_cpu_allreduce_buffer(rank: int | None = None) -> str | None:
-    """Unlink this rank's DeepSpeed CPU all-reduce buffer (/dev/shm; see train.rank.patches.release_cpu_allreduce_buffer,
-    which does it at start-up for a run that builds TrainingArguments). Registered with atexit by :func:`bootstrap` for
-    ranks that all run on one node, so that a script which calls deepspeed.init_distributed itself leaves no buffer
-    either when it ends (not when it is killed). Peers that mapped the buffer keep it until they exit.
+    """Unlink this rank's DeepSpeed CPU all-reduce buffer from /dev/shm. Only once every rank has mapped it (a peer
+    still opening it would wait forever): train.rank.patches.release_cpu_allreduce_buffer calls it after a barrier.
+    Peers that mapped the buffer keep it until they exit.
 
     Args:
         rank: the global rank; default $RANK (the name also takes $MASTER_ADDR and $MASTER_PORT, as DeepSpeed does).

@@ -9,7 +9,7 @@ import os
 
 from train.rank.callbacks import STOP_FILE_ENV, MetricsCallback, ProgressCallback, StopRequestCallback
 from train.rank.patches import (clip_without_host_sync, configured_state, fix_loss_kwargs_flag,
-                                init_cpu_deepspeed_distributed)
+                                init_cpu_deepspeed_distributed, release_after_deepspeed_init)
 
 
 def attach(trainer, *, script: str | None = None, extra: dict | None = None, rank_extra=None,
@@ -56,12 +56,14 @@ def install_hooks(script: str) -> None:
 
     TrainingArguments: on a CPU node under DeepSpeed, :func:`init_cpu_deepspeed_distributed` first (and
     :func:`configured_state`). Trainer: :func:`fix_loss_kwargs_flag` on the model when it has a vocab_size (a
-    model that isn't a language model is left to the Trainer), then :func:`attach` with ``script``.
+    model that isn't a language model is left to the Trainer), then :func:`attach` with ``script``. DeepSpeed's
+    init_distributed, on a CPU node: :func:`release_after_deepspeed_init` (a script that builds no Trainer).
     """
     import transformers
 
     if getattr(transformers.Trainer, _HOOKED, False):
         return
+    release_after_deepspeed_init()
     orig_post_init = transformers.TrainingArguments.__post_init__
 
     def post_init(self):

@@ -3,7 +3,8 @@ are built (torch, transformers, accelerate and deepspeed are imported inside the
 
 * :func:`init_cpu_deepspeed_distributed` (and :func:`configured_state`): accelerate leaves the process-group
   backend unset under DeepSpeed on CPU, so the Trainer would believe world size is 1; and DeepSpeed's shared-memory
-  all-reduce buffers would outlive the run in /dev/shm (:func:`release_cpu_allreduce_buffer`);
+  all-reduce buffers would outlive the run in /dev/shm (:func:`release_cpu_allreduce_buffer`, and
+  :func:`release_after_deepspeed_init` for a script that calls deepspeed.init_distributed itself);
 * :func:`fix_loss_kwargs_flag`: the Trainer multiplies the loss by the world size for models that take
   ``**kwargs`` but ignore ``num_items_in_batch`` (BERT);
 * :func:`clip_without_host_sync`: on ZeRO-0 with the Trainer's optimizer, gradient clipping in the optimizer's
@@ -82,7 +83,9 @@ def release_cpu_allreduce_buffer() -> str | None:
     the memory stays mapped while a rank lives and is freed when the last one exits, however it ends (SIGKILL too).
 
     Call it on every rank, after torch.distributed is up (the barrier is collective): it does nothing when the ranks
-    span several nodes (no buffer, and the condition is the same on every rank, so no rank waits alone).
+    span several nodes (no buffer, and the condition is the same on every rank, so no rank waits alone). Called by
+    :func:`init_cpu_deepspeed_distributed` and, for scripts that call DeepSpeed's init_distributed themselves, after
+    it (:func:`release_after_deepspeed_init`).
 
     Returns:
         The path unlinked, or None (ranks on several nodes, or no buffer: DeepSpeed without its shm op).
@@ -98,6 +101,38 @@ def release_cpu_allreduce_buffer() -> str | None:
 
     barrier()
     return unlink_cpu_allreduce_buffer(dist.get_rank())
+
+
+def release_after_deepspeed_init() -> bool:
+    """Make every call of DeepSpeed's ``init_distributed`` release this rank's CPU all-reduce buffer right after it
+    (:func:`release_cpu_allreduce_buffer`), for a user's script that calls it itself and builds no TrainingArguments
+    (train.rank.hooks.install_hooks). Wraps the names scripts and DeepSpeed itself call it by:
+    ``deepspeed.init_distributed`` and ``deepspeed.comm.init_distributed`` (deepspeed.initialize calls the latter).
+    Every rank makes the same calls, so the barrier in each is collective. Idempotent.
+
+    Returns:
+        True when the wrapper is in place (a CPU accelerator); False otherwise (nothing changed: GPU nodes have no
+        such buffer).
+    """
+    import deepspeed
+    import deepspeed.comm
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() != "cpu":
+        return False
+    original = deepspeed.comm.init_distributed
+    if getattr(original, "_dsc_releases_shm", False):
+        return True
+
+    def init_distributed(*args, **kwargs):
+        out = original(*args, **kwargs)
+        release_cpu_allreduce_buffer()
+        return out
+
+    init_distributed.__doc__ = original.__doc__
+    init_distributed._dsc_releases_shm = True
+    deepspeed.init_distributed = deepspeed.comm.init_distributed = init_distributed
+    return True
 
 
 def configured_state(accelerator_config) -> dict:

@@ -278,8 +278,8 @@ def test_a_plain_deepspeed_script_runs_with_concrete_config_values(tmp_path):
     before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
     proc = run([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], tmp_path / "plain.log", timeout=10 * 60)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    # the script calls deepspeed.init_distributed itself: each rank unlinks its CPU all-reduce buffer as it exits
-    # (train.rank.bootstrap.unlink_cpu_allreduce_buffer), or every such run would leave ~67 MB a rank in /dev/shm
+    # the script calls deepspeed.init_distributed itself: each rank unlinks its CPU all-reduce buffer right after it
+    # (train.rank.patches.release_after_deepspeed_init), or every such run would leave ~67 MB a rank in /dev/shm
     left = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) - before
     assert not left, sorted(str(f) for f in left)
     ds = json.loads((out / "plain" / "ds_config.json").read_text())

@@ -122,8 +122,9 @@ def test_loss_is_not_scaled_by_world_size(user_run):
 
 
 def test_a_plain_deepspeed_script_leaves_no_shared_memory_behind(tmp_path):
-    """A script that calls deepspeed.init_distributed itself (no TrainingArguments, so no start-up release): its two
-    ranks train, and each unlinks its CPU all-reduce buffer as it exits (launch fails a run that leaves one)."""
+    """A script that calls deepspeed.init_distributed itself (no TrainingArguments): its two ranks train, and each
+    unlinks its CPU all-reduce buffer right after that call (patches.release_after_deepspeed_init; launch fails a run
+    that leaves one)."""
     from train.tests.test_plan import PLAIN_DS
 
     script = tmp_path / "plain_ds.py"
