@@ -279,9 +279,9 @@ def test_user_script_ran_on_every_node():
 def test_the_admins_shell_variables_reach_every_rank_and_no_log_shows_them():
     """run.sh's converge runs every train.yml with HF_TOKEN set in its shell (node_env_passthrough). Every rank of the
     Slurm job (srun starts each node's launcher) printed the token's digest (the probe line run.sh put first in the
-    script); the runs with -e launcher=pdsh and ansible had passthrough.env, mode 0600, in each node's run directory,
-    which their ranks read; and neither the playbooks' output nor anything the runs brought back holds the token
-    (DeepSpeed's pdsh runner logs the exports of .deepspeed_env in train.log, so the token must not be there)."""
+    script); after the runs with -e launcher=pdsh and ansible no node keeps passthrough.env (the file the ranks read
+    it from), nor .deepspeed_env a copy of it; and neither the playbooks' output nor anything the runs brought back
+    holds the token (DeepSpeed's pdsh runner logs the exports of .deepspeed_env in train.log)."""
     import hashlib
 
     token = (STATE / "passed-token").read_text().strip()
@@ -294,8 +294,10 @@ def test_the_admins_shell_variables_reach_every_rank_and_no_log_shows_them():
         assert f"[passed] {node} HF_TOKEN sha256:{digest}" in text, text[:2000]
     for run in (run_dir("pdsh").name, run_dir("ansible").name):
         for node in nodes:
-            mode = podman_exec(node, "stat", "-c", "%a", f"/opt/deepspeed-cluster/runs/{run}/passthrough.env").stdout
-            assert mode.strip() == "600", (run, node, mode)
+            left = podman_exec(node, "ls", f"/opt/deepspeed-cluster/runs/{run}/passthrough.env", check=False)
+            assert left.returncode != 0, (run, node, left.stdout)
+    ds_env = podman_exec(nodes[0], "cat", "/opt/deepspeed-cluster/code/.deepspeed_env").stdout
+    assert "HF_TOKEN" not in ds_env and token not in ds_env
     leaked = [str(f) for f in [*STATE.glob("*.log"), *(STATE / "outputs").rglob("*")]
               if f.is_file() and token.encode() in f.read_bytes()]
     assert not leaked, leaked

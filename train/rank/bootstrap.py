@@ -7,8 +7,9 @@ stdout/stderr in ``<run_dir>/logs/<host>.rank<R>.log`` (:func:`tee_rank_output`)
 (train.node.rank_status), and the variables the admin's shell passed to the run (:func:`load_passthrough`); then it
 prints ``[rank R/W] host=<hostname> local_rank=<L>``.
 
-The launcher sets ``DSC_JOB_FILE`` (the run's job.json on this node) and may set ``DSC_RUN_NAME`` in
-``.deepspeed_env``, so every rank sees them even when a user's script writes to an ``--output_dir`` of its own.
+The launch sets ``DSC_JOB_FILE`` (the run's job.json on this node) and ``DSC_RUN_NAME`` for every rank (through
+``.deepspeed_env`` over pdsh on several nodes, else in the launcher's environment), so every rank sees them even when
+a user's script writes to an ``--output_dir`` of its own.
 """
 
 from __future__ import annotations
