@@ -1,4 +1,5 @@
-"""What goes into .deepspeed_env (values as given, or refused by name; never the admin's shell variables), checked the way the DeepSpeed launcher reads it (deepspeed/launcher/runner.py splits each line on the first
+"""What goes into .deepspeed_env (values as given, or refused by name; never the admin's shell variables),
+checked the way the DeepSpeed launcher reads it (deepspeed/launcher/runner.py splits each line on the first
 '=', multinode_runner.add_export quotes the value, the pdsh runner sends `export KEY=VALUE; ...` to the remote shell)
 and the way a rank then sees it (sh -c)."""
 
