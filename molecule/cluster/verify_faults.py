@@ -252,6 +252,9 @@ def test_a_slurm_job_whose_rank_fails_names_the_node_the_rank_and_slurms_record(
     assert job, text[-3000:]
     for n in nodes:
         assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))
+        # nor the variables passed from the admin's shell (run.sh's HF_TOKEN): the failed run's nodes drop them too
+        left = cluster.podman_exec(n, "ls", f"/opt/deepspeed-cluster/runs/{run}/passthrough.env", check=False)
+        assert left.returncode != 0, (n, left.stdout)
     record = [line for line in cluster.podman_exec(nodes[0], "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
               if f" Name={run} " in line]
     assert len(record) == 1 and f"JobId={job.group(1)} " in record[0] and "JobState=FAILED" in record[0], record
