@@ -67,7 +67,16 @@ variant() {  # name model expected_s [pretrain flags...]: stopped at the deadlin
   local left=$(( DEADLINE - $(date +%s) ))
   if [ "$left" -lt "$need" ]; then echo "$name: not run ($left s left, ~$need s needed)"; return; fi
   step "$name: $*"
-  local args; mapfile -t args < <(python3 -c "import json, sys; print('\n'.join(json.load(open(sys.argv[1]))))" "/tmp/argv-$model.json")
+  # CFG='{...}' (the caller's environment): fields merged into the argv's --config_overrides (the model's config)
+  local args; mapfile -t args < <(python3 - "/tmp/argv-$model.json" "${CFG:-}" <<'PYEOF'
+import json, sys
+argv, extra = json.load(open(sys.argv[1])), json.loads(sys.argv[2] or "{}")
+if extra:
+    i = argv.index("--config_overrides") + 1
+    argv[i] = json.dumps({**json.loads(argv[i]), **extra}, separators=(",", ":"))
+print("\n".join(argv))
+PYEOF
+)
   local s; s=$(date +%s)
   timeout "$left" python3 -m train.rank.pretrain "${args[@]}" --output_dir "/tmp/runs/$name" "$@" > "$L/$name.log" 2>&1
   local rc=$?
@@ -92,7 +101,8 @@ PYEOF
 
 # the variants, relative to the job's resolved defaults (the argv above)
 ALL=(gpt2 gpt2-old gpt2-liger bert bert-old bert-m256 bert-m64 gpt2-m128 bert-autotune bert-cudagraphs
-     bert-m256-cudagraphs bert-fp8 bert-fp8-row bert-fp8-row-gw)
+     bert-m256-cudagraphs bert-fp8 bert-fp8-row bert-fp8-row-gw bert-cdt bert-attn0 bert-attn0-cdt bert-nodrop
+     bert-whole)
 [ $# -gt 0 ] && LIST=("$@") || LIST=("${ALL[@]}")
 for v in "${LIST[@]}"; do
   case $v in
@@ -113,6 +123,14 @@ for v in "${LIST[@]}"; do
     bert-fp8) variant "$v" bert 60 --float8 tensorwise ;;
     bert-fp8-row) variant "$v" bert 60 --float8 rowwise ;;
     bert-fp8-row-gw) variant "$v" bert 60 --float8 rowwise_with_gw_hp ;;
+    # Inductor's coordinate-descent tuning of its Triton kernels' block sizes (the pointwise and layer-norm kernels
+    # are a third of a bert step's GPU time, at ~60 % of the memory bandwidth in gpu-2026-12-06's profile)
+    bert-cdt) TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 variant "$v" bert 60 ;;
+    bert-attn0) CFG='{"attention_probs_dropout_prob": 0.0}' variant "$v" bert 28 ;;
+    bert-attn0-cdt) CFG='{"attention_probs_dropout_prob": 0.0}' TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 \
+                      variant "$v" bert 60 ;;
+    bert-nodrop) CFG='{"attention_probs_dropout_prob": 0.0, "hidden_dropout_prob": 0.0}' variant "$v" bert 28 ;;
+    bert-whole) variant "$v" bert 45 --regional_compilation false ;;
     bert-m256-cudagraphs) variant "$v" bert 45 --torch_compile_mode reduce-overhead --per_device_train_batch_size 256 \
                             --gradient_accumulation_steps 1 ;;
     *) echo "unknown variant $v" ;;

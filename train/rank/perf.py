@@ -17,6 +17,64 @@ import transformers
 from train.common.jsonio import write_json_atomic
 
 
+def idle_gaps(busy: list[tuple[float, float]], cpu_ops: list[tuple[float, float, str, list[str]]],
+              min_gap: float = 20.0, top: int = 8) -> dict:
+    """Where the GPU sat idle in a profiled window, and what the host was doing then.
+
+    Args:
+        busy: (start, end) of every device event (kernels, copies, sets) on the GPU, microseconds, any order;
+            overlapping events (several streams) count once.
+        cpu_ops: (start, end, name, python stack frames innermost first) of the host's ops, microseconds, on the
+            same clock as ``busy`` (torch.profiler's FunctionEvents give both).
+        min_gap: idle stretches shorter than this (microseconds) are launch latency, not counted.
+        top: how many of the longest gaps to describe.
+
+    Returns:
+        ``{"idle_us": total idle between the first and the last device event in gaps >= min_gap, "gaps": count,
+        "by_host_op": [[outermost host op at each gap's middle, idle microseconds], ...] largest first,
+        "longest": [{"start_us", "idle_us", "host": [op names outermost -> innermost at the gap's middle],
+        "stack": [frames]}, ...]}`` (the start relative to the first device event).
+    """
+    spans = sorted(busy)
+    gaps = []
+    if spans:
+        end = spans[0][1]
+        for start, stop in spans[1:]:
+            if start - end >= min_gap:
+                gaps.append((end, start))
+            end = max(end, stop)
+    origin = spans[0][0] if spans else 0.0
+
+    def active(t):
+        # the host ops running at time t, outermost (longest) first
+        return sorted((op for op in cpu_ops if op[0] <= t < op[1]), key=lambda op: op[0] - op[1])
+
+    by_op: dict[str, float] = {}
+    described = []
+    for a, b in gaps:
+        ops = active((a + b) / 2)
+        outer = ops[0][2] if ops else "(no host op: the host was between ops)"
+        by_op[outer] = by_op.get(outer, 0.0) + (b - a)
+        described.append({"start_us": round(a - origin, 1), "idle_us": round(b - a, 1),
+                          "host": [op[2] for op in ops], "stack": list(ops[-1][3])[:6] if ops else []})
+    described.sort(key=lambda g: -g["idle_us"])
+    return {"idle_us": round(sum(b - a for a, b in gaps), 1), "gaps": len(gaps),
+            "by_host_op": [[k, round(v, 1)] for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])],
+            "longest": described[:top]}
+
+
+def idle_text(gaps: dict, top_ops: int = 12) -> str:
+    """profile.txt's idle section from :func:`idle_gaps`'s result (milliseconds)."""
+    lines = [f"GPU idle: {gaps['idle_us'] / 1e3:.1f} ms in {gaps['gaps']} gaps, by the outermost host op at each "
+             f"gap's middle:"]
+    lines += [f"    {us / 1e3:8.2f} ms  {name}" for name, us in gaps["by_host_op"][:top_ops]]
+    lines.append("longest gaps (start after the window's first kernel; host ops outermost -> innermost; stack):")
+    for g in gaps["longest"]:
+        lines.append(f"  +{g['start_us'] / 1e3:.2f} ms: {g['idle_us'] / 1e3:.2f} ms idle; " + " > ".join(g["host"]))
+        lines += [f"      {frame}" for frame in g["stack"]]
+    return "\n".join(lines)
+
+
 class PerfCallback(transformers.TrainerCallback):
     """Rank 0 writes OUT/perf.json at the end of training: wall-clock times (time.time(), seconds) of training
     start and of the end of the first optimizer step, the steady-state throughput between the end of step
@@ -29,7 +87,8 @@ class PerfCallback(transformers.TrainerCallback):
     model_built, trainer_built; then train_begin -- after DeepSpeed's initialisation -- and first_step_end).
 
     With DSC_PROFILE_STEPS=A:B in the environment, steps A..B run under torch.profiler and OUT/profile.txt gets
-    its table of the 30 ops with the most CUDA time (a step's time per op; no effect otherwise).
+    its table of the 30 ops with the most CUDA time (a step's time per op; no effect otherwise), the host syncs, and
+    where the GPU sat idle (:func:`idle_gaps`).
     """
 
     def __init__(self, output_dir, global_batch: int, block_length: int, samples_seen=None, world_size: int = 1,
@@ -97,15 +156,22 @@ class PerfCallback(transformers.TrainerCallback):
             busy = sum(e.self_device_time_total for e in averages
                        if e.device_type == cuda and not getattr(e, "is_user_annotation", False)) / 1e6
             steps = self.profile_steps[1] - self.profile_steps[0] + 1
+            events = self.profile.events()
+            device = [(e.time_range.start, e.time_range.end) for e in events
+                      if e.device_type == cuda and not getattr(e, "is_user_annotation", False)]
+            host = [(e.time_range.start, e.time_range.end, e.name, e.stack or []) for e in events
+                    if e.device_type != cuda]
+            gaps = idle_gaps(device, host)
             self.times["profile"] = {"steps": list(self.profile_steps), "wall_s": round(wall, 4),
-                                     "gpu_kernel_s": round(busy, 4)}
+                                     "gpu_kernel_s": round(busy, 4), "gpu_idle_s": round(gaps["idle_us"] / 1e6, 4),
+                                     "idle_by_host_op": gaps["by_host_op"][:12]}
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "profile.txt").write_text(
                 f"torch.profiler, steps {self.profile_steps[0]}..{self.profile_steps[1]} ({steps} optimizer steps): "
                 f"{wall:.3f} s wall, {busy:.3f} s of GPU kernels ({100 * busy / wall:.0f} % busy)\n{table}\n"
                 f"by CPU time (self):\n{cpu_table}\n"
                 f"host syncs (the CPU waits for the GPU; PerfCallback's own two cudaDeviceSynchronize among them), "
-                f"by Python stack:\n{sync_text}\n", encoding="utf-8")
+                f"by Python stack:\n{sync_text}\n{idle_text(gaps)}\n", encoding="utf-8")
             self.profile = None
 
     def on_train_end(self, args, state, control, **kwargs):

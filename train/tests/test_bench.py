@@ -127,3 +127,11 @@ def test_a_resumed_runs_progress_line_is_held_against_the_rate_before_the_stop(t
     assert any(t.endswith("950.0 vs 1,100.0 — missed") for t in slow)
     assert not [t for t in bench.targets_of([_row("bert defaults", samples_per_second=1.0,
                                                   progress_last_samples_per_second=1.0)]) if "resume" in t]
+
+
+def test_the_profiled_steps_line_names_where_the_gpu_sat_idle():
+    window = {"steps": [12, 13], "wall_s": 0.49, "gpu_kernel_s": 0.423, "gpu_idle_s": 0.061,
+              "idle_by_host_op": [["Optimizer.step#AdamW.step", 21000.0], ["CompiledFunction", 9500.0]]}
+    assert bench._idle(window) == ("; idle 0.061 s, while the host ran: Optimizer.step#AdamW.step 21.0 ms, "
+                                   "CompiledFunction 9.5 ms")
+    assert bench._idle({"steps": [12, 13], "wall_s": 0.49, "gpu_kernel_s": 0.423}) == ""  # an older perf.json

@@ -376,6 +376,7 @@ def test_perf_json_and_clipping_in_the_client_optimizer(bert_artifact, tmp_path)
     text = (out / "profile.txt").read_text()
     assert text.startswith("torch.profiler, steps 3..4 (2 optimizer steps): ") and "by CPU time (self):" in text
     assert "aten::" in text and "by Python stack:\nnone" in text  # no GPU: nothing to wait for
+    assert "GPU idle: 0.0 ms in 0 gaps" in text and profile["gpu_idle_s"] == 0  # no device events on CPU
 
     assert perf["deepspeed_gradient_clipping"] == 0  # DeepSpeed does not clip a second time
     ours, theirs = _progress(runs["deepspeed"]), _progress(runs["plain"])

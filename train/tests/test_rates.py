@@ -130,3 +130,32 @@ def test_perf_json_steady_window_and_first_step_are_the_attempts_own_after_a_res
     assert got["steady_steps"] == [70, 100] and got["steady_samples_per_second"] == pytest.approx(128.0)
     assert got["steady_tokens_per_second"] == pytest.approx(128.0 * 512)
     assert got["first_step_end_unix_s"] == pytest.approx(begin + 5.5)  # step 61, not step 1 (never reached)
+
+
+@pytest.mark.torch
+def test_idle_gaps_adds_the_gpu_idle_stretches_and_names_the_host_op_running_then():
+    """make bench's profile.txt says where a step's GPU sat idle (train/rank/perf.py idle_gaps): gaps between
+    device events (overlapping events merged, stretches under min_gap left out as launch latency), each charged to
+    the outermost host op running at its middle."""
+    from train.rank.perf import idle_gaps, idle_text
+
+    # microseconds: kernels 0-100, 105-300 (a 5 us launch gap), 250-400 (overlaps: another stream), 1400-1500,
+    # 1500-1600, 1650-2000 (a 50 us gap)
+    busy = [(1650, 2000), (0, 100), (105, 300), (250, 400), (1400, 1500), (1500, 1600)]
+    host = [(350, 1450, "Optimizer.step#AdamW.step", ["optimizer.py(10): step"]),
+            (380, 900, "aten::_foreach_add_", ["adamw.py(5): _fused"]),
+            (1590, 1700, "Torch-Compiled Region: 1/0", ["bert.py(3): forward"])]
+    got = idle_gaps(busy, host, min_gap=20.0)
+    assert got["idle_us"] == 1000.0 + 50.0 and got["gaps"] == 2
+    assert got["by_host_op"] == [["Optimizer.step#AdamW.step", 1000.0], ["Torch-Compiled Region: 1/0", 50.0]]
+    first = got["longest"][0]
+    # the gap 400-1400: its middle (900) is at the end of the inner op's range [380, 900): only the step is active
+    assert first == {"start_us": 400.0, "idle_us": 1000.0, "host": ["Optimizer.step#AdamW.step"],
+                     "stack": ["optimizer.py(10): step"]}
+    nested = idle_gaps([(0, 100), (700, 800)], host)["longest"][0]
+    assert nested["host"] == ["Optimizer.step#AdamW.step", "aten::_foreach_add_"]
+    assert nested["stack"] == ["adamw.py(5): _fused"]  # the innermost op's Python stack
+    text = idle_text(got)
+    assert text.startswith("GPU idle: 1.1 ms in 2 gaps") and "    1.00 ms  Optimizer.step#AdamW.step" in text
+    assert idle_gaps([], host) == {"idle_us": 0.0, "gaps": 0, "by_host_op": [], "longest": []}
+    assert idle_gaps(busy, [])["by_host_op"][0][0].startswith("(no host op")

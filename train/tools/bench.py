@@ -372,11 +372,20 @@ def markdown(report: dict) -> str:
         for r in profiled:
             w = r["profile_window"]
             lines.append(f"- {r['label']}: steps {w['steps'][0]}..{w['steps'][1]}, {w['wall_s']} s wall, "
-                         f"{w['gpu_kernel_s']} s of kernels ({_busy(w)})")
+                         f"{w['gpu_kernel_s']} s of kernels ({_busy(w)})" + _idle(w))
         lines.append("")
     if report.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in report["notes"]] + [""]
     return "\n".join(lines)
+
+
+def _idle(window: dict) -> str:
+    """The idle time's largest shares by the host op running then (perf.idle_gaps), or "" (older perf.json)."""
+    shares = window.get("idle_by_host_op")
+    if not shares:
+        return ""
+    return (f"; idle {window['gpu_idle_s']} s, while the host ran: "
+            + ", ".join(f"{name} {us / 1e3:.1f} ms" for name, us in shares[:4]))
 
 
 def _busy(window: dict) -> str:
