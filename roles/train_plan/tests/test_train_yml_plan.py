@@ -36,11 +36,11 @@ def inventory(tmp_path, **group_vars):
     return inv
 
 
-def check(tmp_path, inv, *extra, cwd=None, playbook="train.yml"):
+def check(tmp_path, inv, *extra, cwd=None, playbook="train.yml", env_extra=None):
     """ansible-playbook -i inv <repo>/<playbook> --check, from cwd (default: a directory outside the repository,
     with no ANSIBLE_* settings: what a user who is not in the repository gets)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default")
+    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default", **(env_extra or {}))
     out = tmp_path / "outputs"
     proc = subprocess.run([ansible_playbook(), "-i", str(inv), str(REPO / playbook), "--check",
                            "-e", f"train_output_dir={out}", "-e", "model_size=tiny", *extra],
@@ -77,6 +77,16 @@ def test_a_bad_train_defaults_key_is_one_line(tmp_path):
     assert "error: unknown job key 'maxsteps' in train_defaults (inventory train_defaults)" in text
 
 
+def test_a_passed_variable_the_ranks_cannot_read_stops_the_run_at_the_plan(tmp_path):
+    """node_env_passthrough's values are read and checked by the plan, before the GPUs are read or data staged."""
+    secret = "wandb-key-line-one"
+    proc, text = check(tmp_path, inventory(tmp_path), env_extra={"WANDB_API_KEY": f"{secret}\nline-two"})
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout
+    assert "Environment variable(s) WANDB_API_KEY (node_env_passthrough" in text and "line break" in text
+    assert secret not in proc.stdout + proc.stderr
+    assert "Read the memory of every node's GPUs" not in text and "Prepare data" not in text
+
+
 def test_check_mode_prints_the_plan_and_launches_nothing_from_another_directory(tmp_path):
     proc, text = check(tmp_path, inventory(tmp_path), "-e", "run_name=checkonly")
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -93,7 +103,7 @@ def test_site_yml_check_on_the_provisioned_machine_changes_nothing(tmp_path):
     """`ansible-playbook site.yml --check` on this provisioned machine predicts changed=0 (the python_env
     pip tasks were once counted as changed in check mode)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default")
+    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default", **(env_extra or {}))
     proc = subprocess.run([ansible_playbook(), "-i", str(LOCAL), str(REPO / "site.yml"), "--check"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:]
