@@ -117,18 +117,17 @@ def cpu_allreduce_buffer_name(rank: int, master_addr: str, master_port: str, uid
     return f"{CPU_ALLREDUCE_SHM_PREFIX}_{os.getuid() if uid is None else uid}_{master_addr}_{master_port}_{rank}"
 
 
-def unlink_cpu_allreduce_buffer(rank: int | None = None) -> str | None:
+def unlink_cpu_allreduce_buffer(rank: int) -> str | None:
     """Unlink this rank's DeepSpeed CPU all-reduce buffer from /dev/shm. Only once every rank has mapped it (a peer
     still opening it would wait forever): train.rank.patches.release_cpu_allreduce_buffer calls it after a barrier.
     Peers that mapped the buffer keep it until they exit.
 
     Args:
-        rank: the global rank; default $RANK (the name also takes $MASTER_ADDR and $MASTER_PORT, as DeepSpeed does).
+        rank: the global rank (the name also takes $MASTER_ADDR and $MASTER_PORT, as DeepSpeed does).
 
     Returns:
         The path unlinked, or None when there was none. Never raises.
     """
-    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     path = Path(SHM_DIR) / cpu_allreduce_buffer_name(rank, os.environ.get("MASTER_ADDR", ""),
                                                      os.environ.get("MASTER_PORT", ""))
     try:
