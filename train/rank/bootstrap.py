@@ -27,11 +27,6 @@ JOB_FILE_ENV = "DSC_JOB_FILE"
 
 RUN_NAME_ENV = "DSC_RUN_NAME"
 
-#: beside the run's job.json on every node, mode 0600, when the admin's shell passed variables (node_env_passthrough:
-#: HF_TOKEN, WANDB_API_KEY, ...): one NAME=value line each (roles/train_launch/tasks/passthrough.yml)
-PASSTHROUGH_FILE = "passthrough.env"
-
-
 @dataclasses.dataclass(frozen=True)
 class RankInfo:
     """Who this process is: ``rank`` of ``world_size``, ``local_rank`` of ``local_size`` on ``host``; ``started``
@@ -225,6 +220,8 @@ def load_passthrough(job_file: str | None = None) -> list[str]:
         The names set, in the file's order ([] without a file). Lines without ``=`` or with a name that is not an
         identifier are skipped; a value is the rest of its line, as given. Never raises.
     """
+    from train.node.run_dir import PASSTHROUGH_FILE  # (importing it changes nothing)
+
     job_file = job_file or os.environ.get(JOB_FILE_ENV)
     if not job_file:
         return []

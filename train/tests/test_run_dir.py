@@ -88,3 +88,25 @@ def test_a_file_in_place_of_the_run_directory_is_one_line_that_says_what_to_do(t
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert f"cannot make the run directory {tmp_path / 'r'} ready (File exists" in p.stderr
     assert "-e run_name=" in p.stderr
+
+
+def test_an_earlier_attempts_passed_variables_and_the_paths_asked_for_go(tmp_path):
+    """passthrough.env (the variables an earlier attempt's shell passed: train_launch writes this attempt's after
+    the staging) and --remove's paths (one node's .deepspeed_env of an earlier version) are removed."""
+    run, code = tmp_path / "runs" / "r1", tmp_path / "code"
+    run.mkdir(parents=True)
+    code.mkdir()
+    (run / "passthrough.env").write_text("HF_TOKEN=old\n")
+    (code / ".deepspeed_env").write_text("HF_TOKEN=old\n")
+    p = subprocess.run([sys.executable, "-m", "train.node.run_dir", "--run-dir", str(run), "--output-dir",
+                        str(run / "output"), "--remove", str(code / ".deepspeed_env")], input="{}",
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["changed"] and sorted(got["removed"]) == sorted([str(run / "passthrough.env"),
+                                                                str(code / ".deepspeed_env")])
+    assert not (run / "passthrough.env").exists() and not (code / ".deepspeed_env").exists()
+    p = subprocess.run([sys.executable, "-m", "train.node.run_dir", "--run-dir", str(run), "--output-dir",
+                        str(run / "output"), "--remove", ".deepspeed_env"], input="{}", capture_output=True,
+                       text=True, cwd=REPO)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--remove takes absolute paths" in p.stderr

@@ -52,7 +52,8 @@ def test_every_rank_gets_the_shells_variables_from_a_private_file_and_the_log_ne
     assert as_a_rank_sees_it(tmp_path, {"WANDB_PROJECT": "stale", "WANDB_MODE": "offline"}) == {**given,
                                                                                                   "WANDB_MODE": "offline"}
 
-    # a later attempt (-e resume=) from a shell without them: the file goes, nothing of the earlier one is passed
+    # a later attempt (-e resume=) from a shell without them: the staging removes the file, nothing of the earlier
+    # one is passed
     proc = write(run_playbook, tmp_path, {})
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert not env_file.exists() and "passed to every rank" not in proc.stdout
