@@ -103,7 +103,7 @@ def test_site_yml_check_on_the_provisioned_machine_changes_nothing(tmp_path):
     """`ansible-playbook site.yml --check` on this provisioned machine predicts changed=0 (the python_env
     pip tasks were once counted as changed in check mode)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default", **(env_extra or {}))
+    env.update(ANSIBLE_FORCE_COLOR="0", ANSIBLE_STDOUT_CALLBACK="default")
     proc = subprocess.run([ansible_playbook(), "-i", str(LOCAL), str(REPO / "site.yml"), "--check"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:]
