@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+STALE_DEEPSPEED_ENV = Path(yaml.safe_load((REPO / "inventory" / "local" / "group_vars" / "all.yml").read_text())
+                           ["dsc_root"]) / "code" / ".deepspeed_env"
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.skipif(
     not os.environ.get("DSC_E2E"),
@@ -55,6 +58,9 @@ def recap(output: str, host: str = "localhost") -> dict[str, int]:
 @pytest.fixture(scope="module")
 def main_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     log = tmp_path_factory.mktemp("e2e") / "main-job.log"
+    # an earlier version's .deepspeed_env on this one node (it held the admin's tokens): the staging removes it
+    STALE_DEEPSPEED_ENV.parent.mkdir(parents=True, exist_ok=True)
+    STALE_DEEPSPEED_ENV.write_text("HF_TOKEN=from-an-earlier-version\n")
     proc = run(readme_command("main-job"), log, timeout=30 * 60)
     assert proc.returncode == 0, f"main-job command failed (rc {proc.returncode}); log: {log}\n{proc.stdout[-4000:]}"
     found = re.findall(r"results will come back to\s+([^\s'\",]+)", proc.stdout)
@@ -64,6 +70,7 @@ def main_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
 
 def test_main_job_metrics(main_job):
     proc, out = main_job
+    assert not STALE_DEEPSPEED_ENV.exists()  # one node: DeepSpeed's runner would not read it, tokens may be in it
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["world_size"] == 2
     assert metrics["trainer_world_size"] == 2

@@ -141,7 +141,8 @@ def test_idle_gaps_adds_the_gpu_idle_stretches_and_names_the_host_op_running_the
 
     # microseconds: kernels 0-100, 105-300 (a 5 us launch gap), 250-400 (overlaps: another stream), 1400-1500,
     # 1500-1600, 1650-2000 (a 50 us gap)
-    busy = [(1650, 2000), (0, 100), (105, 300), (250, 400), (1400, 1500), (1500, 1600)]
+    # (120, 200) lies inside (105, 300): the busy stretch still ends at 300, not 200
+    busy = [(1650, 2000), (0, 100), (105, 300), (120, 200), (250, 400), (1400, 1500), (1500, 1600)]
     host = [(350, 1450, "Optimizer.step#AdamW.step", ["optimizer.py(10): step"]),
             (380, 900, "aten::_foreach_add_", ["adamw.py(5): _fused"]),
             (1590, 1700, "Torch-Compiled Region: 1/0", ["bert.py(3): forward"])]
