@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from train.common.job import CHOICES
+from train.rank.patches import mix_in
 
 #: the attention implementation name under which transformers' SDPA function runs without a mask
 UNPADDED = "sdpa_unpadded"
@@ -101,9 +102,6 @@ class UnpaddedCollator:
 
 
 # ---------------------------------------------------------------------------------------------- fused cross-entropy
-_FUSED_CLASSES: dict[type, type] = {}
-
-
 def _fused_loss(hidden, weight, bias, labels, num_items_in_batch):
     """Liger's fused linear cross-entropy of a causal LM: mean (or sum / num_items_in_batch) over the shifted
     labels that are not -100. hidden (B, S, H), weight (V, H), bias (V,) or None, labels (B, S) -> scalar."""
@@ -155,16 +153,7 @@ def use_fused_cross_entropy(model):
                                                                torch.nn.Module):
         raise TypeError(f"{type(model).__name__} has no linear LM head over a base model; "
                         "set fused_cross_entropy false")
-    base = type(model)
-    if issubclass(base, _FusedCrossEntropyForward):
-        return model
-    cls = _FUSED_CLASSES.get(base)
-    if cls is None:
-        cls = type(base.__name__, (_FusedCrossEntropyForward, base), {"__module__": base.__module__,
-                                                                      "__qualname__": base.__qualname__})
-        _FUSED_CLASSES[base] = cls
-    model.__class__ = cls
-    return model
+    return mix_in(model, _FusedCrossEntropyForward)
 
 
 # ---------------------------------------------------------------------------------------------------------- float8

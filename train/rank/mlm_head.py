@@ -19,6 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from train.rank.patches import mix_in
+
 IGNORE = -100
 #: the padded count of masked positions is a multiple of this (GEMM-friendly; odd counts were the first suspect
 #: of a `misaligned address` in a compiled LM-head GEMM, docs/benchmarks/h200-early-findings.md)
@@ -26,8 +28,6 @@ MULTIPLE = 64
 #: ... and at least mean + SIGMAS standard deviations of the binomial count, so that every batch of one shape gets
 #: the same padded size (one torch.compile graph, no recompiles for a changing count)
 SIGMAS = 8.0
-
-_CLASSES: dict[type, type] = {}
 
 
 def padded_count(masked: int, tokens: int, probability: float) -> int:
@@ -117,13 +117,4 @@ def use_masked_positions_head(model):
         TypeError: the model has no recognisable prediction head.
     """
     _head(model)
-    base = type(model)
-    if issubclass(base, _MaskedPositionsForward):
-        return model
-    cls = _CLASSES.get(base)
-    if cls is None:
-        cls = type(base.__name__, (_MaskedPositionsForward, base), {"__module__": base.__module__,
-                                                                    "__qualname__": base.__qualname__})
-        _CLASSES[base] = cls
-    model.__class__ = cls
-    return model
+    return mix_in(model, _MaskedPositionsForward)

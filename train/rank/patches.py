@@ -8,7 +8,9 @@ are built (torch, transformers, accelerate and deepspeed are imported inside the
 * :func:`fix_loss_kwargs_flag`: the Trainer multiplies the loss by the world size for models that take
   ``**kwargs`` but ignore ``num_items_in_batch`` (BERT);
 * :func:`clip_without_host_sync`: on ZeRO-0 with the Trainer's optimizer, gradient clipping in the optimizer's
-  step, without DeepSpeed's host syncs.
+  step, without DeepSpeed's host syncs;
+* :func:`mix_in`: a model's forward replaced by a mixin's, the model's class kept by name (mlm_head's head at
+  masked positions, kernels' fused cross-entropy).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
+
+#: (mixin, model class) -> the subclass :func:`mix_in` made: one per pair, whatever the number of models
+_MIXED: dict[tuple[type, type], type] = {}
 
 
 def init_cpu_deepspeed_distributed(deepspeed_config: str | None, ddp_timeout: int) -> bool:
@@ -302,3 +307,21 @@ def clip_without_host_sync(trainer) -> None:
         return log(logs, *args, **kwargs)
 
     trainer.create_optimizer, trainer.log = create_optimizer_clipping, log_with_norm
+
+
+def mix_in(model, mixin: type):
+    """Put ``mixin`` in front of ``type(model)``: ``model.__class__`` becomes a subclass ``(mixin, type(model))``
+    of the same name, module and qualname, so the mixin's methods (its ``forward``) run first and reach the model's
+    own through ``super()``; ``save_pretrained`` still writes the stock ``architectures``, and the parameters are
+    untouched. In place; returns the model. A model whose class already has the mixin is returned as it is; the
+    subclass is made once per (mixin, class) pair.
+    """
+    base = type(model)
+    if issubclass(base, mixin):
+        return model
+    cls = _MIXED.get((mixin, base))
+    if cls is None:
+        cls = type(base.__name__, (mixin, base), {"__module__": base.__module__, "__qualname__": base.__qualname__})
+        _MIXED[(mixin, base)] = cls
+    model.__class__ = cls
+    return model
