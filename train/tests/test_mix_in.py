@@ -52,4 +52,3 @@ def test_two_mixins_compose_and_each_pair_gets_its_own_subclass():
     mix_in(doubled, PlusOne)  # PlusOne in front of (Doubled, Model): (2 * 5) + 1
     assert doubled.forward(5) == 11
     assert plus.forward(5) == 6  # the other model is untouched
-
