@@ -56,6 +56,12 @@ log lines), and on every failure ``silent_nodes`` (the nodes that did not answer
 playbook does not wait for them). Fails when the launcher exits non-zero, ``grace_seconds`` after a node failed,
 ``end_within_s`` after the last step, or when the liveness check takes a node for dead (the playbook then stops the run everywhere:
 roles/train_launch/tasks/stop.yml).
+
+The poll loop (``ActionModule.run``) only orders its parts, each a class or function of its own that reads and updates
+the follower's :class:`Run`: :class:`Progress` (the files' new bytes, the lines printed), the liveness check
+(:class:`Liveness`, :class:`Rendezvous`), :class:`SlurmState`, the grace after a node failed (:func:`grace_failure`)
+and the end bound (:func:`end_bound_failure`). A part that gives up on the run returns a :class:`Failure`; a new
+bound on a run that has not ended is one more such function in the loop's chain.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ import re
 import shlex
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ansible.utils.display import Display
@@ -236,210 +243,320 @@ class Liveness:
         return [host for host, status in result.items() if not status.get("answered")]
 
 
+@dataclass
+class Run:
+    """What the follower knows of the run so far: the parts below read and update it, one poll after another
+    (times are time.monotonic() seconds)."""
+
+    started: float
+    checkpoint: int | None  # the step of the last checkpoint saved (or resumed from), None before one
+    status: dict = field(default_factory=dict)  # the launch's async_status (or Slurm's end: {"rc"}) at the last poll
+    finished: bool = False  # the job ended (the head's async job, or the Slurm job once Slurm has no more of it)
+    seen: int = 0  # progress records (steps logged) seen
+    last: dict = field(default_factory=dict)  # the last progress record
+    last_news: float = 0.0  # when the follower last printed news of the run (a record, a Slurm state, a "still")
+    last_step_at: float | None = None  # when the record of the run's last step came (the end of the run starts)
+    recent: list[str] = field(default_factory=list)  # the launcher log's last 400 lines
+    dead: tuple[str, int] | None = None  # (host, exit code) of the first node whose ranks ended with an error
+    dead_line: str = ""  # the log line that said so
+    dead_at: float = 0.0  # when it was read
+
+
+@dataclass
+class Failure:
+    """Why the follower gives up on a run that has not ended (a part's verdict): the message and, where a node is
+    to blame, its name and last log lines; ``silent_nodes`` None leaves that key out of the result."""
+
+    msg: str
+    dead_host: str = ""
+    dead_line: str = ""
+    dead_lines: list[str] = field(default_factory=list)
+    silent_nodes: list[str] | None = None
+
+
+class Progress:
+    """The progress part: the new bytes of rank 0's progress.jsonl and of the launcher's log at every poll; prints
+    each progress record and event, the ``[rank R/W]`` lines (every log line while ``echo_log`` and no record yet),
+    notes the first node whose ranks ended with an error (train.controller.progress, failed_node), and says "still
+    running" after a minute without news."""
+
+    def __init__(self, read_from, progress_file: str, log_file: str, echo_log: bool, grace_s: float):
+        """read_from(path, offset) -> the text of ``path`` on the head from byte ``offset`` on."""
+        self.read_from, self.progress_file, self.log_file = read_from, progress_file, log_file
+        self.echo_log, self.grace_s = echo_log, grace_s
+        self.progress_offset = 0
+        self.log_offset = 0
+        self.log_pending = ""
+
+    def read(self, run: Run) -> list[dict]:
+        """Read both files' new bytes; the new progress records (complete lines only), the log's lines taken in."""
+        chunk = self.read_from(self.progress_file, self.progress_offset)
+        records, consumed = parse_records(chunk)
+        self.progress_offset += len(chunk[:consumed].encode("utf-8"))
+
+        chunk = self.read_from(self.log_file, self.log_offset)
+        self.log_offset += len(chunk.encode("utf-8"))
+        self.log_pending += chunk
+        *complete, self.log_pending = self.log_pending.split("\n")
+        for line in complete:
+            if (self.echo_log and not run.seen and not records) or ("[rank " in line and "host=" in line):
+                display.display(f"  {line.rstrip()}")
+            run.recent = (run.recent + [line.rstrip()])[-400:]
+            node = failed_node(line)
+            if node is not None and run.dead is None:
+                run.dead, run.dead_line, run.dead_at = node, line.strip(), time.monotonic()
+                if not run.finished:
+                    display.display(f"  {line.strip()}")
+                    display.display(f"  ranks on {node[0] or 'the head'} ended with exit code {node[1]} while the "
+                                    f"run goes on elsewhere: waiting {int(self.grace_s)} s for it to stop")
+        return records
+
+    @staticmethod
+    def show(run: Run, records: list[dict]) -> None:
+        """Print the records read (an event on a line of its own, a step with the last checkpoint) and take them in."""
+        for record in records:
+            if is_event(record):
+                run.checkpoint = last_checkpoint([record], run.checkpoint)
+                line = format_event(record)
+                if line:
+                    display.display(f"  {line}")
+                continue
+            display.display(f"  {format_record(record, run.checkpoint)}")
+            run.last = record
+            run.seen += 1
+            run.last_news = time.monotonic()
+            if run.last_step_at is None and is_last_step(record):
+                run.last_step_at = run.last_news
+
+    def quiet(self, run: Run, now: float) -> None:
+        """After 60 s without news, say what the run is waiting for (a step, or its end after the last step)."""
+        if now - run.last_news < 60:
+            return
+        if run.last_step_at is not None:
+            display.display(f"  the last step is done; the ranks are writing the final checkpoint and model "
+                            f"({format_duration(now - run.last_step_at)} so far; log: {self.log_file})")
+        else:
+            what = "the first logged step" if not run.seen else "the next logged step"
+            display.display(f"  still running, waiting for {what} ({format_duration(now - run.started)} so far; "
+                            f"log: {self.log_file})")
+        run.last_news = now
+
+
+class Rendezvous:
+    """The rendezvous bound (the ``rendezvous`` option, read from the liveness check's last answer): until the first
+    progress record, a rank that has not joined ``within_s`` s after it started (or not started that long after
+    the launch) fails the run (train.node.rank_status.late_to_join)."""
+
+    def __init__(self, spec: dict):
+        self.within_s, self.master = spec["within_s"], spec["master"]
+        self.done = False  # every rank has joined: nothing more to check
+
+    def check(self, run: Run, live: Liveness, now: float) -> Failure | None:
+        """After a liveness check: a Failure naming the late ranks, else None."""
+        if run.seen or self.done:
+            return None
+        late = late_to_join(live.last, self.within_s, now - run.started)
+        self.done = bool(live.last) and all(
+            r.get("joined") is not None for st in live.last.values() for r in st.get("ranks") or [])
+        if not late:
+            return None
+        return Failure(rendezvous_failure(late, self.within_s, self.master, run.recent),
+                       silent_nodes=live.unreachable(fresh=False))
+
+
+def liveness_failure(live: Liveness, rendezvous: Rendezvous | None, run: Run, now: float) -> Failure | None:
+    """The liveness part, when a check is due: a Failure for a node taken for dead or ranks late to the
+    rendezvous, else None."""
+    found = live.poll(now)
+    if found is not None:
+        host, why = found
+        return Failure(f"{why} ({format_duration(now - run.started)} after the launch)", dead_host=host,
+                       dead_lines=node_lines(run.recent, host), silent_nodes=live.unreachable(fresh=False))
+    return rendezvous.check(run, live, now) if rendezvous is not None else None
+
+
+class SlurmState:
+    """The Slurm part (``slurm_job``): Slurm, not the head's ``sbatch --wait``, says whether the job runs (squeue)
+    and how it ended (scontrol's record, else sacct's); until the first progress record a change of its state,
+    reason or place in the queue is printed."""
+
+    def __init__(self, name: str, attach: bool, run_on_head):
+        """run_on_head(cmd) -> (rc, stdout, stderr) of a shell command on the head."""
+        self.name, self.attach, self.run_on_head = name, attach, run_on_head
+        self.said = ""  # the last line printed about the job's state
+        self.job_id: str | None = None  # the job id squeue gave for the run's job (once it listed it)
+        self.end: dict | None = None  # Slurm's record of the job's end, where Slurm told it
+        self.gone_at: float | None = None  # when squeue first no longer listed the job
+        self.sbatch_said = False  # the head's sbatch --wait ended while Slurm still runs the job: said once
+
+    def record(self, job_id: str | None) -> dict | None:
+        """Slurm's record of the ended job (scontrol's, else sacct's; train.controller.progress.slurm_record), or None
+        while it has none of an ended job; with ``job_id``, only a record of that job counts."""
+        _, out, _ = self.run_on_head(shlex.join(SCONTROL_JOBS_ARGS))
+        record = slurm_record(out, "", self.name)
+        if record is None or (job_id and record.get("JobId") != job_id):
+            _, acct, _ = self.run_on_head(shlex.join(sacct_args(self.name)) + " 2>/dev/null")
+            record = slurm_record("", acct, self.name)
+        if record is None or record.get("JobState") not in SLURM_ENDED or (job_id and record.get("JobId") != job_id):
+            return None
+        return record
+
+    def poll(self, run: Run, with_records: bool) -> Failure | None:
+        """Ask squeue: while it lists the job, the run goes on (``run.finished`` False); once not, Slurm's record
+        ends it (``run.status`` its exit status). A Failure when Slurm has no record and the head no sbatch."""
+        status = run.status
+        _, out, _ = self.run_on_head(shlex.join(SQUEUE_ARGS))
+        said = slurm_job_line(out, self.name)
+        if said is not None:
+            self.job_id = slurm_job_id(out, self.name)
+            if run.finished and not self.sbatch_said:
+                display.display(f"  the head's sbatch --wait ended (status {status.get('rc')}) while Slurm "
+                                f"still runs job {self.job_id}: following it through squeue")
+                self.sbatch_said = True
+            run.finished = False
+            if not run.seen and not with_records and said != self.said:
+                display.display(f"  {said} ({format_duration(time.monotonic() - run.started)} after the "
+                                f"submission)")
+                self.said, run.last_news = said, time.monotonic()
+        elif self.job_id or self.attach or (status.get("failed") and not run.finished):
+            # not listed: the job ended (or was never submitted); its record says how. (At a launch whose
+            # sbatch ended before squeue ever listed the job, sbatch's status stands: a record of that name
+            # may be an earlier attempt's.)
+            self.end = self.record(self.job_id if not self.attach else None)
+            # the head's sbatch --wait still waits: it sees the end at its next poll of slurmctld (a few
+            # seconds), and while it runs it is a process of the run (its command line holds the run
+            # directory), which the next train.yml would take for the run still running
+            waiting = not run.finished and not status.get("failed")
+            self.gone_at = self.gone_at or time.monotonic()
+            late = time.monotonic() - self.gone_at >= SBATCH_GRACE_S
+            if self.end is not None and (not waiting or late):
+                if waiting:
+                    self.run_on_head(f"pkill -f -- {shlex.quote(SBATCH_PATTERN.format(self.name))}")
+                run.finished = True
+                run.status = {"rc": slurm_exit_status(self.end)}
+            elif self.end is None and not run.finished and (late or not waiting):
+                return Failure(f"Slurm no longer lists job {(self.job_id + ' ') if self.job_id else ''}"
+                               f"({self.name}) and keeps no record of how it ended (scontrol "
+                               f"keeps an ended job for MinJobAge; sacct needs accounting), and the head "
+                               f"has no sbatch of it ({status.get('msg') or 'still waiting'})")
+        return None
+
+
+def grace_failure(run: Run, now: float, grace_s: float, live: Liveness | None) -> Failure | None:
+    """The grace part: a Failure when a node's ranks ended with an error ``grace_s`` s ago and the job still runs."""
+    if run.dead is None or now - run.dead_at < grace_s:
+        return None
+    host, code = run.dead
+    return Failure(f"ranks on {host or 'the head'} ended with exit code {code} ({format_duration(now - run.started)} "
+                   f"after the launch) and the other ranks did not stop by themselves within {int(grace_s)} s",
+                   dead_host=host, dead_line=run.dead_line, dead_lines=node_lines(run.recent, host),
+                   silent_nodes=live.unreachable() if live is not None else [])
+
+
+def end_bound_failure(run: Run, now: float, bound_s: float, live: Liveness | None) -> Failure | None:
+    """The end bound: a Failure when the ranks have not ended ``bound_s`` s after the last step's record (0: none)."""
+    if run.last_step_at is None or not 0 < bound_s <= now - run.last_step_at:
+        return None
+    return Failure(end_failure(now - run.last_step_at, bound_s, run.last, run.checkpoint, run.recent),
+                   silent_nodes=live.unreachable() if live is not None else [])
+
+
 class ActionModule(AsyncFollowAction):
-    """Poll an async training job; print progress lines as they arrive."""
+    """Poll an async training job; print progress lines as they arrive.
+
+    Each poll runs the parts in turn: liveness (its own, shorter period: :func:`liveness_failure`), the job's status,
+    :class:`Progress` (the files' new bytes), :class:`SlurmState`, the records printed, then the bounds on a run that
+    has not ended (:func:`grace_failure`, :func:`end_bound_failure`) and the "still running" line. A part that gives
+    up returns a :class:`Failure`; the result is then built by :meth:`_failed`."""
 
     def _run_on_head(self, cmd: str) -> tuple[int, str, str]:
         r = self._run(cmd)
         return r.get("rc", 1), r.get("stdout", ""), r.get("stderr", "")
 
-    def _slurm_end(self, name: str, job_id: str | None) -> dict | None:
-        """Slurm's record of the ended job ``name`` (scontrol's, else sacct's; train.controller.progress.slurm_record),
-        or None while it has none of an ended job; with ``job_id``, only a record of that job counts."""
-        _, out, _ = self._run_on_head(shlex.join(SCONTROL_JOBS_ARGS))
-        record = slurm_record(out, "", name)
-        if record is None or (job_id and record.get("JobId") != job_id):
-            _, acct, _ = self._run_on_head(shlex.join(sacct_args(name)) + " 2>/dev/null")
-            record = slurm_record("", acct, name)
-        if record is None or record.get("JobState") not in SLURM_ENDED or (job_id and record.get("JobId") != job_id):
-            return None
-        return record
+    def _failed(self, result: dict, run: Run, failure: Failure, args: dict) -> dict:
+        """``result`` of a run the follower gave up on (rc None: the job has not ended)."""
+        result.update(failed=True, rc=None, records=run.seen, last=run.last, dead_host=failure.dead_host,
+                      dead_line=failure.dead_line, dead_lines=failure.dead_lines,
+                      log_tail=self._tail(args["log_file"], args["tail_lines"]), msg=failure.msg)
+        if failure.silent_nodes is not None:
+            result["silent_nodes"] = failure.silent_nodes
+        return result
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGSPEC)
-        jid, progress_file, log_file = args["jid"], args["progress_file"], args["log_file"]
+        jid, log_file = args["jid"], args["log_file"]
         poll = max(1.0, args["poll_seconds"])
 
-        progress_offset = 0
-        log_offset = 0
-        log_pending = ""
-        seen = 0
-        last: dict = {}
-        checkpoint: int | None = args["checkpoint"]
-        started = time.monotonic()
-        last_news = started
-        dead: tuple[str, int] | None = None
-        dead_line = ""
-        dead_at = 0.0
-        recent: list[str] = []
+        run = Run(started=time.monotonic(), checkpoint=args["checkpoint"])
+        run.last_news = run.started
+        progress = Progress(self._read_from, args["progress_file"], log_file, args["echo_log"], args["grace_seconds"])
         live = Liveness(args["liveness"], self._run_on_head) if args["liveness"] else None
-        rendezvous = args["rendezvous"] if live is not None and (args["rendezvous"] or {}).get("within_s") else None
-        rendezvous_done = False
-        next_poll = started
-        slurm_said = ""
-        slurm_id: str | None = None  # the job id squeue gave for the run's job (once it listed it)
-        slurm_end: dict | None = None  # Slurm's record of the job's end, where Slurm told it
-        slurm_gone_at: float | None = None  # when squeue first no longer listed the job
-        sbatch_said = False  # the head's sbatch --wait ended while Slurm still runs the job: said once
-        last_step_at: float | None = None  # when the record of the run's last step came (the end of the run starts)
+        rendezvous = (Rendezvous(args["rendezvous"])
+                      if live is not None and (args["rendezvous"] or {}).get("within_s") else None)
+        slurm = SlurmState(args["slurm_job"], args["attach"], self._run_on_head) if args["slurm_job"] else None
+        next_poll = run.started
 
         while True:
             now = time.monotonic()
             if live is not None and live.due(now):
-                found = live.poll(now)
-                if found is not None:
-                    host, why = found
-                    result.update(failed=True, rc=None, records=seen, last=last, dead_host=host, dead_line="",
-                                  dead_lines=node_lines(recent, host), silent_nodes=live.unreachable(fresh=False),
-                                  log_tail=self._tail(log_file, args["tail_lines"]),
-                                  msg=f"{why} ({format_duration(now - started)} after the launch)")
-                    return result
-                if rendezvous and not seen and not rendezvous_done:
-                    late = late_to_join(live.last, rendezvous["within_s"], now - started)
-                    rendezvous_done = bool(live.last) and all(
-                        r.get("joined") is not None for st in live.last.values() for r in st.get("ranks") or [])
-                    if late:
-                        result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
-                                      dead_lines=[], silent_nodes=live.unreachable(fresh=False),
-                                      log_tail=self._tail(log_file, args["tail_lines"]),
-                                      msg=rendezvous_failure(late, rendezvous["within_s"], rendezvous["master"],
-                                                             recent))
-                        return result
+                failure = liveness_failure(live, rendezvous, run, now)
+                if failure is not None:
+                    return self._failed(result, run, failure, args)
             if time.monotonic() < next_poll:  # the next liveness check comes before the next progress poll
                 time.sleep(max(0.05, min(next_poll, live.next_at if live else next_poll) - time.monotonic()))
                 continue
-            status = self._async_status(jid, "status", task_vars) if jid else {"failed": True, "msg": "no job id"}
-            if status.get("failed") and not status.get("finished") and not args["slurm_job"]:
-                result.update(failed=True, msg=f"cannot read the status of async job {jid}: {status.get('msg')}")
+            run.status = self._async_status(jid, "status", task_vars) if jid else {"failed": True, "msg": "no job id"}
+            if run.status.get("failed") and not run.status.get("finished") and slurm is None:
+                result.update(failed=True, msg=f"cannot read the status of async job {jid}: {run.status.get('msg')}")
                 return result
-            finished = bool(status.get("finished"))
-            chunk = self._read_from(progress_file, progress_offset)
-            records, consumed = parse_records(chunk)
-            progress_offset += len(chunk[:consumed].encode("utf-8"))
-
-            chunk = self._read_from(log_file, log_offset)
-            log_offset += len(chunk.encode("utf-8"))
-            log_pending += chunk
-            *complete, log_pending = log_pending.split("\n")
-            for line in complete:
-                if (args["echo_log"] and not seen and not records) or ("[rank " in line and "host=" in line):
-                    display.display(f"  {line.rstrip()}")
-                recent = (recent + [line.rstrip()])[-400:]
-                node = failed_node(line)
-                if node is not None and dead is None:
-                    dead, dead_line, dead_at = node, line.strip(), time.monotonic()
-                    if not finished:
-                        display.display(f"  {line.strip()}")
-                        display.display(f"  ranks on {node[0] or 'the head'} ended with exit code {node[1]} while the "
-                                        f"run goes on elsewhere: waiting {int(args['grace_seconds'])} s for it to stop")
-
-            if args["slurm_job"]:
-                # Slurm says whether the job still runs; the head's sbatch --wait only how it ended, where it saw that
-                _, out, _ = self._run_on_head(shlex.join(SQUEUE_ARGS))
-                said = slurm_job_line(out, args["slurm_job"])
-                if said is not None:
-                    slurm_id = slurm_job_id(out, args["slurm_job"])
-                    if finished and not sbatch_said:
-                        display.display(f"  the head's sbatch --wait ended (status {status.get('rc')}) while Slurm "
-                                        f"still runs job {slurm_id}: following it through squeue")
-                        sbatch_said = True
-                    finished = False
-                    if not seen and not records and said != slurm_said:
-                        display.display(f"  {said} ({format_duration(time.monotonic() - started)} after the "
-                                        f"submission)")
-                        slurm_said, last_news = said, time.monotonic()
-                elif slurm_id or args["attach"] or (status.get("failed") and not finished):
-                    # not listed: the job ended (or was never submitted); its record says how. (At a launch whose
-                    # sbatch ended before squeue ever listed the job, sbatch's status stands: a record of that name
-                    # may be an earlier attempt's.)
-                    slurm_end = self._slurm_end(args["slurm_job"], slurm_id if not args["attach"] else None)
-                    # the head's sbatch --wait still waits: it sees the end at its next poll of slurmctld (a few
-                    # seconds), and while it runs it is a process of the run (its command line holds the run
-                    # directory), which the next train.yml would take for the run still running
-                    waiting = not finished and not status.get("failed")
-                    slurm_gone_at = slurm_gone_at or time.monotonic()
-                    late = time.monotonic() - slurm_gone_at >= SBATCH_GRACE_S
-                    if slurm_end is not None and (not waiting or late):
-                        if waiting:
-                            self._run_on_head(f"pkill -f -- {shlex.quote(SBATCH_PATTERN.format(args['slurm_job']))}")
-                        finished = True
-                        status = {"rc": slurm_exit_status(slurm_end)}
-                    elif slurm_end is None and not finished and (late or not waiting):
-                        result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
-                                      dead_lines=[], log_tail=self._tail(log_file, args["tail_lines"]),
-                                      msg=(f"Slurm no longer lists job {(slurm_id + ' ') if slurm_id else ''}"
-                                           f"({args['slurm_job']}) and keeps no record of how it ended (scontrol "
-                                           f"keeps an ended job for MinJobAge; sacct needs accounting), and the head "
-                                           f"has no sbatch of it ({status.get('msg') or 'still waiting'})"))
-                        return result
-
-            for record in records:
-                if is_event(record):
-                    checkpoint = last_checkpoint([record], checkpoint)
-                    line = format_event(record)
-                    if line:
-                        display.display(f"  {line}")
-                    continue
-                display.display(f"  {format_record(record, checkpoint)}")
-                last = record
-                seen += 1
-                last_news = time.monotonic()
-                if last_step_at is None and is_last_step(record):
-                    last_step_at = last_news
-
-            if finished:
+            run.finished = bool(run.status.get("finished"))
+            records = progress.read(run)
+            if slurm is not None:
+                failure = slurm.poll(run, bool(records))
+                if failure is not None:
+                    return self._failed(result, run, failure, args)
+            progress.show(run, records)
+            if run.finished:
                 break
             now = time.monotonic()
-            if dead is not None and now - dead_at >= args["grace_seconds"]:
-                host, code = dead
-                result.update(failed=True, rc=None, records=seen, last=last, dead_host=host, dead_line=dead_line,
-                              dead_lines=node_lines(recent, host),
-                              silent_nodes=live.unreachable() if live is not None else [],
-                              log_tail=self._tail(log_file, args["tail_lines"]),
-                              msg=f"ranks on {host or 'the head'} ended with exit code {code} "
-                                  f"({format_duration(now - started)} after the launch) and the other ranks did not "
-                                  f"stop by themselves within {int(args['grace_seconds'])} s")
-                return result
-            if last_step_at is not None and 0 < args["end_within_s"] <= now - last_step_at:
-                result.update(failed=True, rc=None, records=seen, last=last, dead_host="", dead_line="",
-                              dead_lines=[], silent_nodes=live.unreachable() if live is not None else [],
-                              log_tail=self._tail(log_file, args["tail_lines"]),
-                              msg=end_failure(now - last_step_at, args["end_within_s"], last, checkpoint, recent))
-                return result
-            if now - last_news >= 60:
-                if last_step_at is not None:
-                    display.display(f"  the last step is done; the ranks are writing the final checkpoint and model "
-                                    f"({format_duration(now - last_step_at)} so far; log: {log_file})")
-                else:
-                    what = "the first logged step" if not seen else "the next logged step"
-                    display.display(f"  still running, waiting for {what} ({format_duration(now - started)} so far; "
-                                    f"log: {log_file})")
-                last_news = now
+            failure = (grace_failure(run, now, args["grace_seconds"], live)
+                       or end_bound_failure(run, now, args["end_within_s"], live))
+            if failure is not None:
+                return self._failed(result, run, failure, args)
+            progress.quiet(run, now)
             next_poll = time.monotonic() + poll  # the loop's top sleeps until then, checking liveness meanwhile
 
+        return self._ended(result, run, live, slurm, args, jid, task_vars)
+
+    def _ended(self, result: dict, run: Run, live: Liveness | None, slurm: SlurmState | None, args: dict, jid: str,
+               task_vars) -> dict:
+        """``result`` of a job that ended: its exit status, the end's duration after the last step, and on a
+        non-zero status the failure (which node, which nodes did not answer)."""
+        log_file = args["log_file"]
         if jid:
             self._async_status(jid, "cleanup", task_vars)
-        if slurm_end is not None:
-            display.display(f"  Slurm's record of job {slurm_end.get('JobId')}: {slurm_end.get('JobState')} (exit code "
-                            f"{slurm_end.get('ExitCode') or '?'})")
+        if slurm is not None and slurm.end is not None:
+            display.display(f"  Slurm's record of job {slurm.end.get('JobId')}: {slurm.end.get('JobState')} (exit "
+                            f"code {slurm.end.get('ExitCode') or '?'})")
         log_tail = self._tail(log_file, args["tail_lines"])
-        rc = status.get("rc")
-        if last_step_at is not None:
+        rc = run.status.get("rc")
+        if run.last_step_at is not None:
             # the end of the run: the final checkpoint, the model write and the ranks' exit, as the follower saw it
-            result["end_s"] = round(time.monotonic() - last_step_at, 1)
+            result["end_s"] = round(time.monotonic() - run.last_step_at, 1)
             if rc == 0:
                 display.display(f"  the ranks ended {format_duration(result['end_s'])} after the last step (the "
                                 f"final checkpoint and model written)")
-        dead_lines = node_lines(recent, dead[0]) if dead is not None else []
-        result.update(changed=False, rc=rc, records=seen, last=last, log_tail=log_tail,
-                      dead_host=dead[0] if dead else "", dead_line=dead_line, dead_lines=dead_lines)
+        dead = run.dead
+        dead_lines = node_lines(run.recent, dead[0]) if dead is not None else []
+        result.update(changed=False, rc=rc, records=run.seen, last=run.last, log_tail=log_tail,
+                      dead_host=dead[0] if dead else "", dead_line=run.dead_line, dead_lines=dead_lines)
         if rc != 0:
             # a node that went away may have ended the run with an error (its peers' connections closed): name it
             result["silent_nodes"] = live.unreachable() if live is not None else []
             result["failed"] = True
             result["msg"] = (
-                f"training exited with status {rc} after {format_duration(time.monotonic() - started)}; "
+                f"training exited with status {rc} after {format_duration(time.monotonic() - run.started)}; "
                 f"the last lines of {log_file} are in log_tail (the whole log is on the head node)"
             )
         return result
