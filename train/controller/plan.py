@@ -1,7 +1,8 @@
 """The plan of one training run: everything `train.yml` decides on the controller, as one dict (standard library,
 PyYAML and train.* only: the Ansible controller's Python imports it through the ``train_plan`` action).
 
-    plan = build(model="bert", overrides={"model_size": "tiny"}, accelerator="cpu", shape=..., node=..., ...)
+    plan = build(overrides={"model": "bert", "model_size": "tiny"}, accelerator="cpu", shape=..., node=..., ...)
+    plan.as_dict()  # the ``train_plan`` fact the roles read
 
 From the preset, the inventory's ``train_defaults`` and the ``-e`` overrides (or a user script's own
 TrainingArguments) it resolves one validated job (train.common.job), renders ds_config.json for the cluster's world size
@@ -19,6 +20,7 @@ import datetime
 import json
 import os
 import re
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from train.common import job as jobmod
@@ -27,6 +29,9 @@ from train.controller import dsconfig, launch, memory, script_args
 from train.node import checkpoints
 
 LAUNCHERS = ("pdsh", "ansible", "slurm")
+MODES = ("preset", "script")  # train.rank.pretrain with a preset, or a user's script
+# the files every node gets in its run directory and outputs/<run>/ keeps, as the plan's exact text
+FILES = ("job.json", "ds_config.json", "launch.json")
 # What follows the launcher's options: this project's rank entries run as modules (`python -m`) from the code
 # directory, where train/ is staged, so they import train.* as a package.
 PRESET_ENTRY = ["--module", "train.rank.pretrain"]
@@ -272,11 +277,264 @@ def _launch_commands(*, launcher: str, shape: dict, venv_dir: str, run_dir: str,
     return commands, logs
 
 
+@dataclass(frozen=True)
+class Paths:
+    """Where the run's files are: ``out_dir`` on the controller, the others on every node (the same path there)."""
+
+    out_dir: str  # <output_root>/<run_name> on the controller: what comes back
+    run_dir: str  # <dsc_root>/runs/<run_name>: job.json, ds_config.json, hostfile, the launcher's logs
+    code_dir: str  # <dsc_root>/code: train/ and a user's script, staged
+    artifact_dir: str  # <local_ssd_dir>/data/<data_key>: the prepared dataset
+    script_data_dir: str  # <local_ssd_dir>/user-data/<name> of -e script_data, or ""
+    output: str  # the ranks' output_dir (checkpoints, model)
+    hostfile: str  # <run_dir>/hostfile
+    log: str  # the head's launcher log
+
+
+@dataclass(frozen=True)
+class Script:
+    """A user's script (script mode)."""
+
+    src: str  # its absolute path on the controller
+    name: str  # its file name, staged as <code_dir>/scripts/<name>
+    imports: list[str]  # the top-level packages it imports (top_level_imports), checked on every node
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The checkpoint a resumed run (-e resume=) goes on from."""
+
+    run: str  # the run's name (the resumed run keeps it)
+    step: int  # the checkpoint's global step
+    checkpoint: str  # its directory on the controller
+    node_checkpoint: str  # where it is staged on every node (--resume_from_checkpoint)
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """What a preset run's checkpoints take on each node's disk (train.controller.memory.checkpoint_bytes,
+    checkpoints_kept); the preflight compares ``peak`` with the free space."""
+
+    bytes: dict[str, int]  # {node: bytes of one checkpoint there} (the head holds every rank's gathered part)
+    kept: int  # how many are on a node's disk at once
+    peak: dict[str, int]  # {node: bytes * kept}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of one run, checked where it is built (``__post_init__``); :meth:`as_dict` is what the roles read
+    as ``train_plan`` (a test checks every ``train_plan.<key>`` they read is a field here)."""
+
+    run_name: str
+    mode: str  # MODES
+    job: dict  # the resolved job (in script mode only train.common.job.SCRIPT_KEYS: what applies to the script)
+    ds_config: dict  # the run's DeepSpeed config
+    ds_config_source: str  # "rendered", or the user's --deepspeed file (its exact text is then ds_config.json)
+    files: dict[str, str]  # FILES: the exact text of each file staged to the nodes and kept in outputs/<run>/
+    hosts: list[str]  # the nodes, head first
+    head: str
+    ranks: dict[str, int]  # {node: ranks (slots) it runs}
+    world_size: int  # the sum of ``ranks``
+    include: str  # DeepSpeed's --include value, or ""
+    master_addr: str
+    master_port: int
+    single_node: bool
+    launcher: str  # LAUNCHERS
+    paths: Paths
+    entry: list[str]  # what follows the launcher's options: --module train.rank.<entry> [script]
+    argv: list[str]  # the entry's arguments (a script's own plus what the project added)
+    script: Script | None  # script mode only
+    script_data: str | None  # -e script_data (a directory on the head), or None
+    launch: dict[str, list[str]]  # {node: argv} of the nodes that start ranks (pdsh: the head alone)
+    logs: dict[str, str]  # {node: its launcher log} of those nodes
+    zero_stage: int | None  # the ds_config's ZeRO stage (None when a user's config gives none)
+    resume: Resumed | None
+    memory: str | None  # the memory plan's line (train.controller.memory), or None
+    checkpoints: Checkpoints | None  # preset runs only
+    summary: list[str] = field(default_factory=list)  # the lines train.yml shows (summary())
+
+    def __post_init__(self):
+        """Checks what the roles rely on; ValueError names the broken rule (a bug in the planning, not a user's)."""
+        def rule(ok: bool, what: str):
+            if not ok:
+                raise ValueError(f"plan of run {self.run_name!r}: {what}")
+
+        rule(self.mode in MODES, f"mode {self.mode!r} is not one of {MODES}")
+        rule(self.launcher in LAUNCHERS, f"launcher {self.launcher!r} is not one of {LAUNCHERS}")
+        rule(bool(self.hosts) and self.head == self.hosts[0], "the head is not the first of the hosts")
+        rule(list(self.ranks) == list(self.hosts) and all(isinstance(r, int) and r > 0 for r in self.ranks.values()),
+             f"ranks {self.ranks} are not a positive count for each host, in the hosts' order")
+        rule(self.world_size == sum(self.ranks.values()), f"world size {self.world_size} is not the sum of {self.ranks}")
+        rule(1 <= self.master_port <= 65535, f"master port {self.master_port}")
+        rule(self.single_node == (len(self.hosts) == 1), "single_node does not match the hosts")
+        rule(set(FILES) == set(self.files) and all(isinstance(t, str) for t in self.files.values()),
+             f"files are {sorted(self.files)}, not {FILES}")
+        rule(self.head in self.launch and list(self.launch) == list(self.logs) and set(self.launch) <= set(self.hosts),
+             "the nodes that start ranks and their logs differ, or leave out the head")
+        rule(self.launcher != "pdsh" or list(self.launch) == [self.head], "pdsh: the head alone starts ranks")
+        rule(self.paths.log == self.logs[self.head], "paths.log is not the head's launcher log")
+        rule((self.script is None) == (self.mode == "preset"), "a script plan has no script, or a preset plan has one")
+        rule(self.mode == "script" or self.checkpoints is not None, "a preset plan has no checkpoint estimate")
+        rule(self.zero_stage in (None, 0, 1, 2, 3), f"ZeRO stage {self.zero_stage!r}")
+        rule(self.resume is None or self.resume.run == self.run_name, "a resumed run changed its name")
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The keys of :meth:`as_dict`, in order."""
+        return [f.name for f in fields(cls)]
+
+    def as_dict(self) -> dict:
+        """The plan as plain JSON types (nested dataclasses as dicts): the ``train_plan`` fact the roles read."""
+        return asdict(self)
+
+
+def _check_launcher(launcher: str, master_port, shape: dict) -> int:
+    """Step 1: the launcher and the rendezvous port (returned as int); PlanError for a bad one, or for a Slurm job
+    the cluster's shape cannot give."""
+    port = _launcher_port(launcher, master_port)
+    if launcher == "slurm" and len(set(shape["ranks"].values())) > 1:
+        # sbatch's --gres=gpu:N and srun's --cpus-per-task are the same on every node of a job
+        raise PlanError(f"launcher slurm with different slots per node ({shape['ranks']})", "slots (inventory)",
+                        "give every node the same slots for a Slurm job, or use -e launcher=pdsh")
+    if launcher == "slurm" and shape.get("include"):
+        # Slurm gives a job whole GPUs of its own choosing (--gres=gpu:N), which DeepSpeed's --include cannot pick
+        raise PlanError(f"launcher slurm with gpu_indices ({shape['include']})", "gpu_indices (inventory)",
+                        "let Slurm give the GPUs: drop gpu_indices and set slots to the GPUs a node gives a job, "
+                        "or use -e launcher=pdsh")
+    return port
+
+
+@dataclass
+class _Inputs:
+    """What the job is resolved from (step 2): the overrides, the preset, and a script's own inputs."""
+
+    overrides: dict
+    model: str
+    source: dict | None = None  # resume_source's answer for -e resume=
+    user_args: list[str] | None = None  # the script's arguments
+    from_script: dict = field(default_factory=dict)  # the job overrides they imply
+    user_ds: tuple | None = None  # the script's own --deepspeed config: (source, text, dict)
+    tree: object = None  # the script's parsed source (ast.Module)
+
+
+def _inputs(overrides: dict, accelerator: str, output_root: str, script: str | None, script_args_value,
+            script_data: str | None, resume: str | None, now) -> _Inputs:
+    """Step 2: the overrides of the run (a resumed run's own job, a script's defaults and arguments), the preset's
+    name, a script's inputs; PlanError for script arguments or data without a script."""
+    overrides = dict(overrides)
+    source = None
+    if resume not in (None, ""):
+        source = resume_source(output_root, str(resume))
+        overrides = _resume_overrides(source, overrides, script)
+    overrides["accelerator"] = accelerator
+    model = overrides.pop("model", None) or "bert"
+    got = _Inputs(overrides=overrides, model=model, source=source)
+    if script is not None:
+        got.user_args, got.from_script, got.user_ds, got.tree = _script_inputs(script, script_args_value)
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
+        overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
+        # the script's own Trainer runs with its own arguments: none of the preset's GPU defaults (global batch,
+        # client optimizer, torch_autocast, compile, masked head) are imposed on it unless given with -e
+        for key, value in SCRIPT_DEFAULTS.items():
+            overrides.setdefault(key, value)
+        overrides.update(got.from_script)
+    elif script_args_value not in (None, "", []):
+        raise PlanError("script_args is given but no script", "-e script_args",
+                        "add -e script=<your training script>, or drop script_args")
+    elif script_data is not None:
+        raise PlanError("script_data is given but no script", "-e script_data",
+                        "add -e script=<your training script>, or use -e dataset_path= for the built-in trainer")
+    return got
+
+
+def _job_and_config(got: _Inputs, script: str | None, shape: dict, gpu_memory_bytes, host_memory_bytes, now,
+                    templates_dir: str):
+    """Step 3: the validated job (train.controller.resolve), the memory estimate and the DeepSpeed config (rendered,
+    made concrete for a script without an HF Trainer, or the script's own). Returns (job -- for a script only what
+    applies to it --, data_key, estimate or None, ds_config, ds_text or None, ds_source)."""
+    world = int(shape["world_size"])
+    gpu = gpu_memory_bytes if script is None else None  # a script's own model is not known here
+    per_node = max(int(r) for r in shape["ranks"].values())
+    job = resolvemod.resolve(got.model, got.overrides, now=now, world_size=world, gpu_memory_bytes=gpu,
+                             host_memory_bytes=host_memory_bytes, ranks_per_node=per_node)
+    estimate = memory.describe(job, world, gpu, host_memory_bytes, per_node)
+    ds_config = dsconfig.render(job, world, templates_dir)
+    ds_text, ds_source = None, "rendered"
+    data_key = job["data_key"]
+    if script is not None:
+        concrete = got.user_ds is None and not uses_hf_trainer(got.tree)
+        if got.user_ds is not None:  # the user's own --deepspeed config is the run's, exactly as written
+            ds_source, ds_text, ds_config = got.user_ds
+        elif concrete:
+            ds_config = dsconfig.concrete(ds_config, job, world)
+        # record only what applies to the script (train.common.job.SCRIPT_KEYS), not the preset's model and data keys
+        job = resolvemod.for_script(job, max_steps_applies="max_steps" in got.from_script or concrete)
+    return job, data_key, estimate, ds_config, ds_text, ds_source
+
+
+def _paths(run: str, data_key: str, source: dict | None, shape: dict, node: dict, output_root: str,
+           script_data: str | None, resume: str | None) -> Paths:
+    """Step 4: the run's paths (its output directory is the run's own: PlanError when it exists, unless resumed,
+    or when a resumed run's world size changed)."""
+    out_dir = str(Path(output_root) / run)
+    if source is not None and int(shape["world_size"]) != source["world_size"]:
+        raise PlanError(f"run {run}'s checkpoint {Path(source['checkpoint']).name} holds {source['world_size']} ranks' "
+                        f"states, this cluster has world size {shape['world_size']}", f"-e resume={resume}",
+                        f"resume on the same nodes and slots ({source['world_size']} ranks), or start a new run")
+    if os.path.lexists(out_dir) and source is None:
+        raise PlanError(f"{out_dir} already exists", f"run_name {run}",
+                        "pick another -e run_name=... or move the old run away; results are never overwritten")
+    dsc_root, local_ssd = node["dsc_root"], node["local_ssd_dir"]
+    run_dir = f"{dsc_root}/runs/{run}"
+    return Paths(out_dir=out_dir, run_dir=run_dir, code_dir=f"{dsc_root}/code",
+                 artifact_dir=f"{local_ssd}/data/{data_key}",
+                 script_data_dir=f"{local_ssd}/user-data/{Path(script_data.rstrip('/')).name}" if script_data else "",
+                 output=f"{run_dir}/output", hostfile=f"{run_dir}/hostfile", log="")
+
+
+def _entry_and_argv(job: dict, got: _Inputs, script: str | None, paths: Paths):
+    """Step 5: what the launcher starts on every rank: (entry, argv, the ranks' output_dir, Resumed or None)."""
+    ds_path = f"{paths.run_dir}/ds_config.json"
+    if script is None:
+        entry = list(PRESET_ENTRY)
+        argv = resolvemod.argv(job, paths.artifact_dir, paths.output, ds_path)
+        output = paths.output
+    else:
+        entry = [*RUN_SCRIPT, f"scripts/{Path(script).name}"]
+        try:
+            given = script_args.with_deepspeed(got.user_args, ds_path) if got.user_ds is not None else got.user_args
+            argv = script_args.complete(given, paths.output, ds_path, paths.script_data_dir or None)
+        except script_args.ScriptArgsError as exc:
+            raise PlanError(str(exc), "-e script_args", "see docs/own-script.md") from None
+        output = script_args.output_dir_of(argv, paths.output)
+    resumed = None
+    if got.source is not None:
+        name = Path(got.source["checkpoint"]).name
+        resumed = Resumed(run=job["run_name"], step=got.source["step"], checkpoint=got.source["checkpoint"],
+                          node_checkpoint=f"{output}/{name}")
+        argv = [*argv, "--resume_from_checkpoint", resumed.node_checkpoint]
+    return entry, argv, output, resumed
+
+
+def _checkpoint_sizes(job: dict, ranks: dict, head: str, script: str | None) -> Checkpoints | None:
+    """Step 7: what the run's checkpoints take at most on each node's disk (preset runs; None for a script)."""
+    one = memory.checkpoint_bytes(job, ranks, head) if script is None else None
+    if not one:
+        return None
+    kept = memory.checkpoints_kept(job)
+    return Checkpoints(bytes=one, kept=kept, peak={n: b * kept for n, b in one.items()})
+
+
 def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_root: str, templates_dir: str,
           launcher: str = "pdsh", master_port=29500, script: str | None = None, script_args_value=None,
           script_data: str | None = None, resume: str | None = None, gpu_memory_bytes: int | None = None,
-          host_memory_bytes: int | None = None, now=None) -> dict:
+          host_memory_bytes: int | None = None, now=None) -> Plan:
     """Plan one run. Writes nothing; reads the controller's file system (script, output_root) only.
+
+    The steps, in order: the launcher and port (_check_launcher), the job's inputs (_inputs: resume, script), the
+    job and its DeepSpeed config (_job_and_config), the paths (_paths), the entry and its arguments
+    (_entry_and_argv), every node's launch command (_launch_commands), the checkpoints' sizes (_checkpoint_sizes),
+    then the Plan (checked as it is made) with launch.json's text and the summary.
 
     Args:
         overrides: job overrides (see job_overrides); ``model`` among them picks the preset (default bert).
@@ -287,7 +545,7 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
             the preflight checks that).
         output_root: directory on the controller that receives ``<run_name>/`` (must not exist yet).
         templates_dir: templates/deepspeed (zero0.json .. zero3.json).
-        launcher: pdsh or ansible.
+        launcher: LAUNCHERS.
         master_port: the rendezvous port on the head.
         script: a user's training script on the controller (script mode), or None for train.rank.pretrain.
         script_args_value: the script's arguments (list, or one shell-quoted string).
@@ -302,205 +560,92 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         now: aware datetime for default run names (tests).
 
     Returns:
-        dict with run_name, mode (preset|script), job (in script mode only train.common.job.SCRIPT_KEYS: what applies to
-        the script), ds_config, ds_config_source ("rendered", or the user's ``--deepspeed`` file, whose exact text
-        is then the run's ds_config.json), files {job.json, ds_config.json, launch.json: text; launch.json records
-        exactly what is started: entry, argv -- a script's own arguments plus what the project added --, hosts,
-        ranks, master, the launch commands},
-        hosts, head, ranks, world_size, include, master_addr, master_port, single_node, launcher, paths
-        {out_dir, run_dir, code_dir, artifact_dir, script_data_dir, output, hostfile, log}, entry, argv,
-        script {src, name, imports} or None, script_data, launch {node: argv of the nodes that start ranks},
-        logs {node: log path of those nodes}, memory (the memory plan's line, or None), checkpoints (preset runs:
-        {bytes: {node: bytes of one checkpoint there}, kept: how many at once, peak: {node: bytes}} from
-        train.controller.memory.checkpoint_bytes / checkpoints_kept; None for a script), summary (lines to show).
+        the :class:`Plan` (its fields say what each key of ``as_dict()`` holds). launch.json records exactly what
+        is started: entry, argv -- a script's own arguments plus what the project added --, hosts, ranks, master,
+        the launch commands.
 
     Raises:
         PlanError / train.common.job.JobError: any user mistake (bad launcher, missing script, bad script arguments, a bad
         job value, a ds_config that does not fit, an existing output directory).
     """
-    port = _launcher_port(launcher, master_port)
-    if launcher == "slurm" and len(set(shape["ranks"].values())) > 1:
-        # sbatch's --gres=gpu:N and srun's --cpus-per-task are the same on every node of a job
-        raise PlanError(f"launcher slurm with different slots per node ({shape['ranks']})", "slots (inventory)",
-                        "give every node the same slots for a Slurm job, or use -e launcher=pdsh")
-    if launcher == "slurm" and shape.get("include"):
-        # Slurm gives a job whole GPUs of its own choosing (--gres=gpu:N), which DeepSpeed's --include cannot pick
-        raise PlanError(f"launcher slurm with gpu_indices ({shape['include']})", "gpu_indices (inventory)",
-                        "let Slurm give the GPUs: drop gpu_indices and set slots to the GPUs a node gives a job, "
-                        "or use -e launcher=pdsh")
-    overrides = dict(overrides)
-    source = None
-    if resume not in (None, ""):
-        source = resume_source(output_root, str(resume))
-        overrides = _resume_overrides(source, overrides, script)
-    overrides["accelerator"] = accelerator
-    model = overrides.pop("model", None) or "bert"
-    user_args = user_ds = from_script = tree = None
+    port = _check_launcher(launcher, master_port, shape)
     if script is not None:
         script = str(script)
-        user_args, from_script, user_ds, tree = _script_inputs(script, script_args_value)
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(script).stem) or "script"
-        overrides.setdefault("run_name", f"{stem}-{_run_stamp(now)}")
-        # the script's own Trainer runs with its own arguments: none of the preset's GPU defaults (global batch,
-        # client optimizer, torch_autocast, compile, masked head) are imposed on it unless given with -e
-        for key, value in SCRIPT_DEFAULTS.items():
-            overrides.setdefault(key, value)
-        overrides.update(from_script)
-    elif script_args_value not in (None, "", []):
-        raise PlanError("script_args is given but no script", "-e script_args",
-                        "add -e script=<your training script>, or drop script_args")
-    elif script_data is not None:
-        raise PlanError("script_data is given but no script", "-e script_data",
-                        "add -e script=<your training script>, or use -e dataset_path= for the built-in trainer")
-
-    world = int(shape["world_size"])
-    gpu = gpu_memory_bytes if script is None else None  # a script's own model is not known here
-    per_node = max(int(r) for r in shape["ranks"].values())
-    job = resolvemod.resolve(model, overrides, now=now, world_size=world, gpu_memory_bytes=gpu,
-                             host_memory_bytes=host_memory_bytes, ranks_per_node=per_node)
-    estimate = memory.describe(job, world, gpu, host_memory_bytes, per_node)
-    ds_config = dsconfig.render(job, world, templates_dir)
-    ds_text, ds_source = None, "rendered"
-    if script is not None:
-        concrete = user_ds is None and not uses_hf_trainer(tree)
-        if user_ds is not None:  # the user's own --deepspeed config is the run's, exactly as written
-            ds_source, ds_text, ds_config = user_ds
-        elif concrete:
-            ds_config = dsconfig.concrete(ds_config, job, world)
-        # record only what applies to the script (train.common.job.SCRIPT_KEYS), not the preset's model and data keys
-        recorded = resolvemod.for_script(job, max_steps_applies="max_steps" in from_script or concrete)
-
-    data_key = job["data_key"]
-    if script is not None:
-        job = recorded
+    got = _inputs(overrides, accelerator, output_root, script, script_args_value, script_data, resume, now)
+    job, data_key, estimate, ds_config, ds_text, ds_source = _job_and_config(
+        got, script, shape, gpu_memory_bytes, host_memory_bytes, now, templates_dir)
     run = job["run_name"]
-    out_dir = str(Path(output_root) / run)
-    if source is not None and int(shape["world_size"]) != source["world_size"]:
-        raise PlanError(f"run {run}'s checkpoint {Path(source['checkpoint']).name} holds {source['world_size']} ranks' "
-                        f"states, this cluster has world size {shape['world_size']}", f"-e resume={resume}",
-                        f"resume on the same nodes and slots ({source['world_size']} ranks), or start a new run")
-    if os.path.lexists(out_dir) and source is None:
-        raise PlanError(f"{out_dir} already exists", f"run_name {run}",
-                        "pick another -e run_name=... or move the old run away; results are never overwritten")
-    dsc_root, local_ssd = node["dsc_root"], node["local_ssd_dir"]
-    run_dir = f"{dsc_root}/runs/{run}"
-    code_dir = f"{dsc_root}/code"
-    artifact_dir = f"{local_ssd}/data/{data_key}"
-    script_data_dir = f"{local_ssd}/user-data/{Path(script_data.rstrip('/')).name}" if script_data else ""
-    ds_path = f"{run_dir}/ds_config.json"
-    default_output = f"{run_dir}/output"
-
-    if script is None:
-        entry = list(PRESET_ENTRY)
-        argv = resolvemod.argv(job, artifact_dir, default_output, ds_path)
-        output = default_output
-    else:
-        entry = [*RUN_SCRIPT, f"scripts/{Path(script).name}"]
-        try:
-            given = script_args.with_deepspeed(user_args, ds_path) if user_ds is not None else user_args
-            argv = script_args.complete(given, default_output, ds_path, script_data_dir or None)
-        except script_args.ScriptArgsError as exc:
-            raise PlanError(str(exc), "-e script_args", "see docs/own-script.md") from None
-        output = script_args.output_dir_of(argv, default_output)
-    resumed = None
-    if source is not None:
-        name = Path(source["checkpoint"]).name
-        resumed = {"run": run, "step": source["step"], "checkpoint": source["checkpoint"],
-                   "node_checkpoint": f"{output}/{name}"}
-        argv = [*argv, "--resume_from_checkpoint", resumed["node_checkpoint"]]
+    paths = _paths(run, data_key, got.source, shape, node, output_root, script_data, resume)
+    entry, argv, output, resumed = _entry_and_argv(job, got, script, paths)
 
     nodes = list(shape["nodes"])
     head = nodes[0]
-    hostfile = f"{run_dir}/hostfile"
     stage = (ds_config.get("zero_optimization") or {}).get("stage") if isinstance(ds_config, dict) else None
     stage = stage if isinstance(stage, int) else None
-    commands, logs = _launch_commands(launcher=launcher, shape=shape, venv_dir=node["venv_dir"], run_dir=run_dir,
-                                      port=port, entry=entry, argv=argv, output=output, zero_stage=stage)
+    commands, logs = _launch_commands(launcher=launcher, shape=shape, venv_dir=node["venv_dir"],
+                                      run_dir=paths.run_dir, port=port, entry=entry, argv=argv, output=output,
+                                      zero_stage=stage)
     ranks = {n: int(shape["ranks"][n]) for n in nodes}
-    # what the run's checkpoints take at most on each node's disk (the preflight compares it with the free space)
-    one = memory.checkpoint_bytes(job, ranks, head) if script is None else None
-    kept = memory.checkpoints_kept(job) if one else 0
-    checkpoints = {"bytes": one, "kept": kept, "peak": {n: b * kept for n, b in one.items()}} if one else None
-    plan = {
-        "run_name": run,
-        "mode": "preset" if script is None else "script",
-        "job": job,
-        "ds_config": ds_config,
-        "ds_config_source": ds_source,
-        "files": {"job.json": _json_text(job),
-                  "ds_config.json": ds_text if ds_text is not None else _json_text(ds_config)},
-        "hosts": nodes,
-        "head": head,
-        "ranks": ranks,
-        "world_size": world,
-        "include": shape.get("include") or "",
-        "master_addr": shape["master_addr"],
-        "master_port": port,
-        "single_node": bool(shape["single_node"]),
-        "launcher": launcher,
-        "paths": {"out_dir": out_dir, "run_dir": run_dir, "code_dir": code_dir, "artifact_dir": artifact_dir,
-                  "script_data_dir": script_data_dir, "output": output, "hostfile": hostfile,
-                  "log": logs[head]},
-        "entry": entry,
-        "argv": argv,
-        "script": {"src": str(Path(script).resolve()), "name": Path(script).name,
-                   "imports": top_level_imports(tree)} if script else None,
-        "script_data": script_data,
-        "launch": commands,
-        "logs": logs,
-        "zero_stage": stage,
-        "resume": resumed,
-        "memory": estimate.line() if estimate is not None else None,
-        "checkpoints": checkpoints,
-    }
-    plan["files"]["launch.json"] = _json_text({
-        "run_name": run, "mode": plan["mode"], "script": plan["script"], "entry": entry, "argv": argv,
-        "ds_config_source": ds_source,
-        "hosts": nodes, "ranks": ranks, "world_size": world, "master": f"{shape['master_addr']}:{port}",
-        "launcher": launcher, "launch": commands})
-    plan["summary"] = summary(plan)
-    return plan
+    mode = "preset" if script is None else "script"
+    script_info = (Script(src=str(Path(script).resolve()), name=Path(script).name,
+                          imports=top_level_imports(got.tree)) if script else None)
+    files = {"job.json": _json_text(job),
+             "ds_config.json": ds_text if ds_text is not None else _json_text(ds_config),
+             "launch.json": _json_text({
+                 "run_name": run, "mode": mode, "script": asdict(script_info) if script_info else None,
+                 "entry": entry, "argv": argv, "ds_config_source": ds_source, "hosts": nodes, "ranks": ranks,
+                 "world_size": int(shape["world_size"]), "master": f"{shape['master_addr']}:{port}",
+                 "launcher": launcher, "launch": commands})}
+    plan = Plan(
+        run_name=run, mode=mode, job=job, ds_config=ds_config, ds_config_source=ds_source, files=files,
+        hosts=nodes, head=head, ranks=ranks, world_size=int(shape["world_size"]),
+        include=shape.get("include") or "", master_addr=shape["master_addr"], master_port=port,
+        single_node=bool(shape["single_node"]), launcher=launcher, paths=replace(paths, log=logs[head]),
+        entry=entry, argv=argv, script=script_info, script_data=script_data, launch=commands, logs=logs,
+        zero_stage=stage, resume=resumed, memory=estimate.line() if estimate is not None else None,
+        checkpoints=_checkpoint_sizes(job, ranks, head, script))
+    return replace(plan, summary=summary(plan))
 
 
-def summary(plan: dict) -> list[str]:
+def summary(plan: Plan) -> list[str]:
     """The lines `train.yml` shows before it stages anything: job, ranks, batch arithmetic, launch, results."""
-    job, world = plan["job"], plan["world_size"]
-    hosts = plan["hosts"]
-    if plan["mode"] == "script":
+    job, world = plan.job, plan.world_size
+    hosts = plan.hosts
+    if plan.mode == "script":
         steps = f"max_steps {job['max_steps']}" if "max_steps" in job else "trains by epochs"
-        what = (f"run {plan['run_name']}: your script {plan['script']['name']} with its own arguments "
+        what = (f"run {plan.run_name}: your script {plan.script.name} with its own arguments "
                 f"({steps}, precision {job['precision']}, ZeRO stage {job['zero_stage']})")
     else:
-        what = (f"run {plan['run_name']}: {job['model']} ({job['model_size']}), {job['max_steps']} steps, seq "
+        what = (f"run {plan.run_name}: {job['model']} ({job['model_size']}), {job['max_steps']} steps, seq "
                 f"{job['max_seq_length']}, ZeRO stage {job['zero_stage']}, {job['precision']}")
-    include = f" (deepspeed --include {plan['include']})" if plan["include"] else ""
+    include = f" (deepspeed --include {plan.include})" if plan.include else ""
     micro, accum = job["per_device_train_batch_size"], job["gradient_accumulation_steps"]
     lines = [
         what,
-        f"world size {world} = {' + '.join(str(plan['ranks'][h]) for h in hosts)} ranks on {', '.join(hosts)}"
-        f"{include}; master {plan['master_addr']}:{plan['master_port']}; launcher {plan['launcher']}",
+        f"world size {world} = {' + '.join(str(plan.ranks[h]) for h in hosts)} ranks on {', '.join(hosts)}"
+        f"{include}; master {plan.master_addr}:{plan.master_port}; launcher {plan.launcher}",
         f"micro batch {micro} x accumulation {accum} x world size {world} = global batch {micro * accum * world}",
     ]
-    if plan.get("memory"):
-        lines.append(plan["memory"])
-    if plan.get("checkpoints"):
-        c = plan["checkpoints"]
-        head, others = c["bytes"][plan["head"]], [c["bytes"][h] for h in hosts[1:]]
-        lines.append(f"checkpoints: about {head / 1e9:.2f} GB each on {plan['head']}"
+    if plan.memory:
+        lines.append(plan.memory)
+    if plan.checkpoints:
+        c = plan.checkpoints
+        head, others = c.bytes[plan.head], [c.bytes[h] for h in hosts[1:]]
+        lines.append(f"checkpoints: about {head / 1e9:.2f} GB each on {plan.head}"
                      + (f" (every rank's part gathered), {max(others) / 1e9:.2f} GB on each other node" if others
                         else "")
-                     + f"; up to {c['kept']} on a node's disk at once (save_total_limit "
+                     + f"; up to {c.kept} on a node's disk at once (save_total_limit "
                        f"{job.get('save_total_limit') if job.get('save_total_limit') is not None else 'null'}, "
                        f"save_steps {job['save_steps']})")
-    if plan["mode"] == "script":
-        lines.append(f"script arguments: {' '.join(plan['argv'])}")
-        if plan["ds_config_source"] != "rendered":
-            lines.append(f"DeepSpeed config: yours ({plan['ds_config_source']}), staged as "
-                         f"{plan['paths']['run_dir']}/ds_config.json")
-    if plan["resume"]:
-        r = plan["resume"]
-        lines.append(f"resuming run {r['run']} from step {r['step']}: {r['checkpoint']} is staged to every node as "
-                     f"{r['node_checkpoint']}")
-    lines.append(f"launch on {plan['head']}: {' '.join(plan['launch'][plan['head']])}")
-    lines.append(f"results will come back to {plan['paths']['out_dir']}")
+    if plan.mode == "script":
+        lines.append(f"script arguments: {' '.join(plan.argv)}")
+        if plan.ds_config_source != "rendered":
+            lines.append(f"DeepSpeed config: yours ({plan.ds_config_source}), staged as "
+                         f"{plan.paths.run_dir}/ds_config.json")
+    if plan.resume:
+        r = plan.resume
+        lines.append(f"resuming run {r.run} from step {r.step}: {r.checkpoint} is staged to every node as "
+                     f"{r.node_checkpoint}")
+    lines.append(f"launch on {plan.head}: {' '.join(plan.launch[plan.head])}")
+    lines.append(f"results will come back to {plan.paths.out_dir}")
     return lines

@@ -27,7 +27,7 @@ def build(tmp_path, overrides=None, **kw):
     args = dict(overrides=dict({"model": "bert", "model_size": "tiny"}, **(overrides or {})), accelerator="cpu",
                 shape=shape(), node=NODE, output_root=str(tmp_path / "outputs"), templates_dir=TEMPLATES, now=NOW)
     args.update(kw)
-    return plan.build(**args)
+    return plan.build(**args).as_dict()
 
 
 def test_preset_plan_has_job_config_paths_and_one_launch_command_for_pdsh(tmp_path):
@@ -393,3 +393,63 @@ def test_a_script_run_resumes_with_resume_from_checkpoint_added_to_its_own_argum
     assert p["argv"][: len(args)] == ["--max_steps", "60", "--learning_rate", "1e-3"]
     with pytest.raises(JobError, match=r"was a script run \(-e resume=.*\); resume it the way it was launched"):
         build(tmp_path, resume=first["run_name"])
+
+
+def _plan_reads():
+    """Every key of the plan the roles, playbooks and templates read: (file, "key" or "key.sub") for each
+    ``train_plan.<key>[.<sub>|['<sub>']]`` in their YAML and Jinja, and each ``plan["key"]["sub"]`` in the Python
+    plugins that take ``train_plan``."""
+    import re
+
+    yaml_read = re.compile(r"\btrain_plan\.(\w+)(?:\.(\w+)|\[['\"]([^'\"]+)['\"]\])?")
+    py_read = re.compile(r"\bplan\[['\"](\w+)['\"]\](?:\[['\"]([^'\"]+)['\"]\])?")
+    files = [p for top in ("roles", "playbooks", "templates") for p in (REPO / top).rglob("*")
+             if p.suffix in (".yml", ".yaml", ".j2") and p.is_file()] + sorted(REPO.glob("*.yml"))
+    plugins = [p for p in (REPO / "roles").rglob("*.py")
+               if "tests" not in p.parts and "train_plan" in p.read_text(encoding="utf-8")]
+    reads = []
+    for path in files:
+        for m in yaml_read.finditer(path.read_text(encoding="utf-8")):
+            reads.append((path.relative_to(REPO), m.group(1), m.group(2) or m.group(3)))
+    for path in plugins:
+        for m in py_read.finditer(path.read_text(encoding="utf-8")):
+            reads.append((path.relative_to(REPO), m.group(1), m.group(2)))
+    return reads
+
+
+def test_every_train_plan_key_the_roles_read_is_a_key_of_the_plan(tmp_path):
+    """A key the roles read that the plan lacks is an undefined variable only when that task runs (maybe only on a
+    failure, on Slurm, or with a script); here it fails at once. The sub-keys of the plan's nested parts (paths,
+    script, resume, checkpoints, files) are checked too, against a built plan of each mode."""
+    import dataclasses
+
+    reads = _plan_reads()
+    assert len(reads) > 200 and {k for _, k, _ in reads} >= {"paths", "hosts", "head", "run_name", "launch"}
+    fields = {f.name: f for f in dataclasses.fields(plan.Plan)}
+    parts = {"paths": plan.Paths, "script": plan.Script, "resume": plan.Resumed, "checkpoints": plan.Checkpoints}
+    built = build(tmp_path)
+    assert list(built) == plan.Plan.keys()  # the dict the roles read has exactly the typed fields
+    unknown = []
+    for where, key, sub in reads:
+        if key not in fields:
+            unknown.append(f"{where}: train_plan.{key}")
+        elif sub and key in parts and sub not in {f.name for f in dataclasses.fields(parts[key])}:
+            unknown.append(f"{where}: train_plan.{key}.{sub}")
+        elif sub and key == "files" and sub not in plan.FILES:
+            unknown.append(f"{where}: train_plan.files[{sub!r}]")
+    assert not unknown, "keys the plan does not have:\n" + "\n".join(unknown)
+
+
+def test_the_plan_refuses_a_broken_rule_where_it_is_built(tmp_path):
+    """The Plan checks itself when made: a plan whose world size is not the sum of its ranks, or whose head is not
+    its first host, is not made (ValueError naming the rule)."""
+    import dataclasses
+
+    p = plan.build(**dict(overrides={"model": "bert", "model_size": "tiny"}, accelerator="cpu", shape=shape(),
+                          node=NODE, output_root=str(tmp_path / "outputs"), templates_dir=TEMPLATES, now=NOW))
+    with pytest.raises(ValueError, match="world size 5 is not the sum"):
+        dataclasses.replace(p, world_size=5)
+    with pytest.raises(ValueError, match="the head is not the first"):
+        dataclasses.replace(p, head="worker-1")
+    with pytest.raises(ValueError, match="paths.log"):
+        dataclasses.replace(p, paths=dataclasses.replace(p.paths, log="/elsewhere.log"))
