@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from train.common.keys import BY_NAME, KEYS
+
 # The version of what train/data/prepare_data.py writes (tokenizer/, dataset/, prepare.json). The only definition: it
 # goes into data_key (so an old artifact gets a new key) and into prepare.json's format_version (so prepare_data
 # rebuilds an old one). Bump it when prepare_data writes something different for the same inputs.
@@ -20,78 +22,23 @@ from pathlib import Path
 DATA_FORMAT_VERSION = 2
 
 
+# The job's keys, each declared once in train.common.keys (type, values, default or auto policy, where it goes, help);
+# the tables below are derived from those declarations.
 # Keys a preset fixes: they define what the preset *is*, so they can't be overridden.
-FIXED_KEYS = ("task", "model_type", "tokenizer_type")
+FIXED_KEYS = tuple(key.name for key in KEYS if key.fixed)
 
 
 # Overridable keys -> (kind, nullable). Kinds: int, float, bool, str, dict. Order = order in the job file.
-SCHEMA = {
-    "model_size": ("str", False),
-    "model_config": ("dict", False),
-    "vocab_size": ("int", False),
-    "pad_vocab_to_multiple_of": ("int", False),
-    "lowercase": ("bool", False),
-    "tokenizer_path": ("str", True),
-    "model_name_or_path": ("str", True),
-    "dataset_path": ("str", True),
-    "text_column": ("str", False),
-    "max_seq_length": ("int", False),
-    "mlm_probability": ("float", True),
-    "per_device_train_batch_size": ("int", False),
-    "gradient_accumulation_steps": ("int", False),
-    "train_batch_size": ("int", True),
-    "learning_rate": ("float", False),
-    "weight_decay": ("float", False),
-    "adam_beta1": ("float", False),
-    "adam_beta2": ("float", False),
-    "adam_epsilon": ("float", False),
-    "max_grad_norm": ("float", False),
-    "warmup_steps": ("int", False),
-    "max_steps": ("int", False),
-    "save_steps": ("int", False),
-    "logging_steps": ("int", False),
-    "save_total_limit": ("int", True),
-    "seed": ("int", False),
-    "dataloader_num_workers": ("int", False),
-    "precision": ("str", False),
-    "accelerator": ("str", False),
-    "zero_stage": ("int", False),
-    "offload_optimizer": ("str", False),
-    "offload_ratio": ("float", False),
-    "optimizer": ("str", False),
-    "autocast": ("bool", False),
-    "attention": ("str", False),
-    "torch_compile": ("bool", False),
-    "regional_compilation": ("bool", False),
-    "gradient_checkpointing": ("bool", False),
-    "mlm_head": ("str", False),
-    "unpadded_attention": ("bool", False),
-    "fused_cross_entropy": ("bool", False),
-    "float8": ("str", False),
-    "run_name": ("str", True),
-    "report_to": ("str", False),
-}
+SCHEMA = {key.name: (key.kind, key.nullable) for key in KEYS if not key.fixed}
 
 
 # Keys written by resolve() that nobody sets: `model` (the preset name) and `data_key`.
 DERIVED_KEYS = ("model", "data_key")
 
 
-CHOICES = {
-    "task": ("mlm", "clm"),
-    "tokenizer_type": ("wordpiece", "byte_bpe"),
-    "precision": ("auto", "fp32", "fp16", "bf16"),
-    "accelerator": ("cpu", "cuda"),
-    "offload_optimizer": ("none", "cpu"),
-    # adamw_torch_fused / adamw_torch: the HF Trainer's client optimizer (no DeepSpeed "optimizer" block);
-    # deepspeed: DeepSpeed's AdamW (FusedAdam on cuda, DeepSpeedCPUAdam with offload, torch AdamW on cpu)
-    "optimizer": ("adamw_torch_fused", "adamw_torch", "deepspeed"),
-    "attention": ("sdpa", "eager", "flash_attention_2", "flex_attention"),
-    "mlm_head": ("masked", "full"),
-    # none, or torchao's float8 training recipe for the repeated blocks' nn.Linear layers (train/rank/kernels.py)
-    "float8": ("none", "tensorwise", "rowwise", "rowwise_with_gw_hp"),
-    "report_to": ("tensorboard", "none"),
-}
+# str keys -> their allowed values ("auto" aside: precision's is resolved by resolve_precision, the others' by
+# train.controller.resolve).
+CHOICES = {key.name: key.choices for key in KEYS if key.choices}
 
 
 # Per model family: config field names for positions / width / heads, and the positions a sequence can't use
@@ -238,8 +185,9 @@ _EXAMPLES = {"int": "a whole number, e.g. 100", "float": "a number, e.g. 2e-4", 
 def resolve_precision(job, origin):
     """Replace precision "auto" in ``job`` (in place) with bf16 on cuda, fp32 on cpu; JobError for an unknown one."""
     prec = job["precision"]
-    if prec not in CHOICES["precision"]:
-        raise JobError(f"precision must be one of {', '.join(CHOICES['precision'])}, got {prec!r}",
+    allowed = ("auto", *CHOICES["precision"])
+    if prec not in allowed:
+        raise JobError(f"precision must be one of {', '.join(allowed)}, got {prec!r}",
                        origin.get("precision", "precision"), "use auto (bf16 on cuda, fp32 on cpu)")
     if prec == "auto" and job.get("accelerator") in CHOICES["accelerator"]:
         job["precision"] = "bf16" if job["accelerator"] == "cuda" else "fp32"
@@ -279,62 +227,32 @@ def validate(job, origin=None):
         if not _is_kind(job[key], kind, nullable):
             fail(key, f"{key} must be {_KIND_WORDS[kind]}{' or null' if nullable else ''}, got {job[key]!r}",
                  f"give {key} {_EXAMPLES[kind]}")
-    for key in FIXED_KEYS + ("precision", "accelerator", "report_to"):
-        if key in CHOICES and job.get(key) not in CHOICES[key]:
-            fail(key, f"{key} must be one of {', '.join(CHOICES[key])}, got {job.get(key)!r}",
-                 f"set {key} to one of: {', '.join(CHOICES[key])}")
+    for key in sorted(KEYS, key=lambda k: k.name != "accelerator"):  # first: without it precision stays "auto"
+        if key.choices and job.get(key.name) not in key.choices:
+            listed = ", ".join(str(c) for c in key.choices)
+            fail(key.name, f"{key.name} must be one of {listed}{' or auto' if key.auto else ''}, got "
+                 f"{job.get(key.name)!r}",
+                 f"set -e {key.name}=auto or one of: {listed}" if key.auto else f"set {key.name} to one of: {listed}")
     if not isinstance(job.get("model_type"), str) or not job["model_type"]:
         fail("model_type", "model_type must be a transformers model type such as bert", "fix the preset")
 
-    def at_least(key, low, fix=None):
-        value = job[key]
-        if value is not None and value < low:
-            fail(key, f"{key} must be >= {low}, got {value}", fix or f"set {key} to {low} or more")
-
-    def positive(key):
-        if job[key] <= 0:
-            fail(key, f"{key} must be > 0, got {job[key]}", f"set {key} to a positive number")
-
-    at_least("max_steps", 1, "set max_steps to a positive number of optimizer steps")
-    positive("learning_rate")
-    at_least("per_device_train_batch_size", 1)
-    at_least("gradient_accumulation_steps", 1)
-    at_least("train_batch_size", 1, "set train_batch_size to a positive number or null")
-    at_least("vocab_size", 512)
-    at_least("pad_vocab_to_multiple_of", 1, "set pad_vocab_to_multiple_of to 1 (no padding), 128, or auto")
-    at_least("max_seq_length", 8)
-    at_least("weight_decay", 0.0)
-    positive("adam_epsilon")
-    at_least("max_grad_norm", 0.0)
-    at_least("warmup_steps", 0, "set warmup_steps to 0 (no warm-up) or more")
-    at_least("save_steps", 1)
-    at_least("logging_steps", 1)
-    at_least("save_total_limit", 1, "set save_total_limit to 1 or more, or null to keep every checkpoint")
-    at_least("seed", 0)
-    at_least("dataloader_num_workers", 0)
-    for key in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= job[key] < 1.0:
-            fail(key, f"{key} must be in [0, 1), got {job[key]}", f"set {key} to e.g. 0.9")
-    if not 0 <= job["zero_stage"] <= 3:
-        fail("zero_stage", f"zero_stage must be 0, 1, 2 or 3, got {job['zero_stage']}",
-             "pick a stage that has a templates/deepspeed/zero<N>.json")
+    for key in KEYS:
+        why = key.out_of_range(job.get(key.name))
+        if why:
+            fail(key.name, why, key.fix or _range_fix(key))
     if job["warmup_steps"] > job["max_steps"]:
         fail("warmup_steps", f"warmup_steps {job['warmup_steps']} exceeds max_steps {job['max_steps']}: the "
              "learning rate would never reach its peak",
              f"set -e warmup_steps=<= {job['max_steps']} (e.g. {job['max_steps'] // 10}) or raise max_steps")
     if job["task"] == "mlm":
         prob = job["mlm_probability"]
-        if prob is None or not 0.0 < prob < 1.0:
+        if prob is None:
             fail("mlm_probability", f"mlm_probability must be in (0, 1) for task mlm, got {prob}",
                  "set mlm_probability to e.g. 0.15")
     elif job["mlm_probability"] is not None:
         fail("mlm_probability", f"mlm_probability applies to masked LM only; {job['model_type']} is causal (clm)",
              "drop mlm_probability (or set it to null)")
     check_precision(job["precision"], job["accelerator"], where("precision"))
-    for key in ("offload_optimizer", "optimizer", "attention", "mlm_head", "float8"):
-        if job[key] not in CHOICES[key]:
-            fail(key, f"{key} must be one of {', '.join(CHOICES[key])} or auto, got {job[key]!r}",
-                 f"set -e {key}=auto or one of: {', '.join(CHOICES[key])}")
     if job["autocast"] and job["precision"] != "bf16":
         fail("autocast", f"autocast (DeepSpeed torch_autocast) runs bf16; the job's precision is {job['precision']}",
              "set -e autocast=false (fp16 uses DeepSpeed's fp16 block with loss scaling) or -e precision=bf16")
@@ -367,9 +285,6 @@ def validate(job, origin=None):
         fail("offload_optimizer", "offload_optimizer needs ZeRO stage 1, 2 or 3, zero_stage is 0",
              "set -e zero_stage=2 or -e offload_optimizer=none")
     ratio = job["offload_ratio"]
-    if not 0.0 < ratio <= 1.0:
-        fail("offload_ratio", f"offload_ratio is the share of the optimizer states offloaded, in (0, 1], got {ratio}",
-             "set -e offload_ratio=auto, 1 (all of them) or a share such as 0.5")
     if ratio < 1.0 and (job["offload_optimizer"] == "none" or job["zero_stage"] != 3):
         fail("offload_ratio", f"offload_ratio {ratio} (a partial offload, DeepSpeed's offload_optimizer.ratio) needs "
              f"ZeRO stage 3 with offload_optimizer cpu; the job has zero_stage {job['zero_stage']} and "
@@ -379,6 +294,14 @@ def validate(job, origin=None):
         fail("run_name", f"run_name {job['run_name']!r} is not a safe directory name",
              "use letters, digits, '.', '_' and '-' (up to 100, starting with a letter or digit)")
     _validate_model_config(job, where)
+
+
+def _range_fix(key):
+    """The generic fix for a number outside its key's range (Key.fix gives a better one where it says more)."""
+    if key.high is None:
+        return (f"set {key.name} to a positive number" if key.low == 0 and key.low_open
+                else f"set {key.name} to {key.low} or more")
+    return f"set {key.name} to a value in {key.range_text()}"
 
 
 def precision_of_flags(bf16, fp16, where):

@@ -21,18 +21,17 @@ import yaml
 
 from train.common.job import (CHOICES, FIXED_KEYS, SCHEMA, JobError, coerce, data_key, float8_refusal,
                               load_job, resolve_precision, validate)
-from train.common import cli, flops
+from train.common import cli, flops, keys
 from train.common.jsonio import write_json_atomic
 from train.controller import memory
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
-# Keys that also take the value "auto": resolve() replaces it with a concrete value for the job's accelerator,
-# model size and world size (_resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
-AUTO_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "zero_stage", "offload_optimizer",
-             "offload_ratio", "gradient_checkpointing", "optimizer", "autocast", "torch_compile", "regional_compilation", "mlm_head",
-             "pad_vocab_to_multiple_of", "unpadded_attention", "fused_cross_entropy", "float8")
+# Keys that also take the value "auto" (declared with an auto policy in train.common.keys): resolve() replaces it with
+# a concrete value for the job's accelerator, model size and world size (precision in resolve_precision, the others
+# in _resolve_auto; the rules are in its docstring). A resolved job holds no "auto".
+AUTO_KEYS = tuple(key.name for key in keys.KEYS if key.auto)
 
 
 # The micro batch "auto" picks on cuda: the largest power of two with at most this many tokens per micro batch.
@@ -68,43 +67,15 @@ AUTO_FLOAT8 = "none"
 AUTO_MICRO_CPU = 16
 
 
-# Defaults for keys a preset may leave out (no numbers here: those live in the presets). `accelerator` has no
-# default on purpose: it is an inventory fact the playbook must pass.
-DEFAULTS = {
-    "model_size": "base",
-    "tokenizer_path": None,
-    "model_name_or_path": None,
-    "dataset_path": None,
-    "text_column": "text",
-    "train_batch_size": None,
-    "precision": "auto",
-    "offload_optimizer": "auto",
-    "offload_ratio": "auto",
-    "gradient_checkpointing": "auto",
-    "optimizer": "auto",
-    "autocast": "auto",
-    "attention": "sdpa",
-    "torch_compile": "auto",
-    "regional_compilation": "auto",
-    "mlm_head": "auto",
-    "pad_vocab_to_multiple_of": "auto",
-    "unpadded_attention": "auto",
-    "fused_cross_entropy": "auto",
-    "float8": "auto",
-    "run_name": None,
-    # TensorBoard event files under <output_dir>/runs/ (the Trainer's default log dir), brought back with the run
-    "report_to": "tensorboard",
-}
+# Defaults for keys a preset may leave out (train.common.keys: a key's default, unless PRESET; no numbers there: those
+# live in the presets). `accelerator` has no default on purpose: it is an inventory fact the playbook must pass.
+DEFAULTS = {key.name: key.default for key in keys.KEYS if not key.fixed and key.default != keys.PRESET}
 
 
-#: The job keys that apply to a user's script (script mode, recorded in its job.json): the run, the cluster and the
-#: DeepSpeed config's inputs (the script's TrainingArguments give the batch, optimizer and schedule values). The
-#: preset's model, tokenizer, data and logging keys do not apply: the script has its own.
-SCRIPT_KEYS = ("run_name", "accelerator", "precision", "zero_stage", "offload_optimizer", "offload_ratio", "optimizer",
-               "autocast",
-               "per_device_train_batch_size", "gradient_accumulation_steps", "train_batch_size", "learning_rate",
-               "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "warmup_steps",
-               "max_steps", "seed")
+#: The job keys that apply to a user's script (script mode, recorded in its job.json; train.common.keys: script=True):
+#: the run, the cluster and the DeepSpeed config's inputs (the script's TrainingArguments give the batch, optimizer and
+#: schedule values). The preset's model, tokenizer, data and logging keys do not apply: the script has its own.
+SCRIPT_KEYS = tuple(key.name for key in keys.KEYS if key.script)
 
 
 def available_models(presets_dir=PRESETS_DIR):
@@ -398,60 +369,18 @@ def argv(job, dataset_dir, output_dir, deepspeed):
     """Command-line arguments (list of str) for train/rank/pretrain.py's HfArgumentParser (its dataclasses' flags).
 
     `dataset_dir` is the staged artifact dir (tokenizer/ + dataset/), `output_dir` the run dir, `deepspeed` the
-    rendered DeepSpeed config path. --bf16/--fp16 appear only when the job's precision asks for them.
+    rendered DeepSpeed config path. The job keys' own arguments come from their declarations
+    (train.common.keys.rank_argv: --bf16/--fp16 only when the job's precision asks for them, a flag left out where
+    its value is what the rank runs without it); the rest is the run's layout and settings every run has.
     """
-    config = dict(job["model_config"])
-    config["vocab_size"] = job["vocab_size"]
-    args = ["--task", job["task"], "--model_type", job["model_type"],
-            "--config_overrides", json.dumps(config, separators=(",", ":"))]
-    if job["model_name_or_path"] is not None:
-        args += ["--model_name_or_path", job["model_name_or_path"]]
-    args += ["--dataset_dir", str(dataset_dir)]
-    if job["task"] == "mlm":
-        args += ["--mlm_probability", _num(job["mlm_probability"])]
-    args += ["--output_dir", str(output_dir), "--deepspeed", str(deepspeed)]
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay",
-                "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "warmup_steps", "max_steps",
-                "save_steps", "logging_steps", "save_total_limit", "seed"):
-        if job[key] is not None:
-            args += [f"--{key}", _num(job[key])]
-    if job["precision"] in ("bf16", "fp16") and not job["autocast"]:
-        args += [f"--{job['precision']}", "true"]  # with autocast DeepSpeed's torch_autocast block casts instead
-    args += ["--report_to", job["report_to"], "--dataloader_num_workers", str(job["dataloader_num_workers"]),
-             "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true",
-             # output_dir is on each node's own disk: every node saves (and rotates) its part of each checkpoint,
-             # which train/node/checkpoints.py gathers on the head
-             "--save_on_each_node", "true"]
-    args += ["--attn_implementation", job["attention"]]
-    if job.get("pad_vocab_to_multiple_of", 1) > 1:
-        args += ["--pad_vocab_to_multiple_of", str(job["pad_vocab_to_multiple_of"])]
-    if job.get("unpadded_attention"):
-        args += ["--unpadded_attention", "true"]
-    if job.get("fused_cross_entropy"):
-        args += ["--fused_cross_entropy", "true"]
-    if job.get("float8", "none") != "none":
-        args += ["--float8", job["float8"]]
-    if job["task"] == "mlm":
-        args += ["--mlm_head", job["mlm_head"]]
-    if job["optimizer"] != "deepspeed":
-        args += ["--optim", job["optimizer"]]  # ds_config has no optimizer block: the Trainer builds this one
-    if job["torch_compile"]:
-        args += ["--torch_compile", "true", "--dataloader_drop_last", "true"]  # one batch shape: one compile
-        if job.get("regional_compilation"):
-            args += ["--regional_compilation", "true"]
-    if job["gradient_checkpointing"]:
-        # non-reentrant checkpointing: works under torch.compile and with inputs that need no grad
-        args += ["--gradient_checkpointing", "true", "--gradient_checkpointing_kwargs", '{"use_reentrant":false}']
-    if job["accelerator"] == "cuda":
-        # the NaN/inf filter of the logged loss tests every micro batch's loss on the host: a GPU sync each time
-        args += ["--logging_nan_inf_filter", "false"]
-    if job["dataloader_num_workers"] > 0:
-        args += ["--dataloader_persistent_workers", "true"]
-    return args
-
-
-def _num(value):
-    return repr(value) if isinstance(value, float) else str(value)
+    return [
+        "--dataset_dir", str(dataset_dir), "--output_dir", str(output_dir), "--deepspeed", str(deepspeed),
+        *keys.rank_argv(job),
+        "--lr_scheduler_type", "linear", "--save_strategy", "steps", "--logging_first_step", "true",
+        # output_dir is on each node's own disk: every node saves (and rotates) its part of each checkpoint,
+        # which train/node/checkpoints.py gathers on the head
+        "--save_on_each_node", "true",
+    ]
 
 
 def summary(job, out=None):

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from train.common import keys  # noqa: E402  (standard library only)
 from train.rank import bootstrap  # noqa: E402  (standard library only: importing it changes nothing)
 
 if __name__ == "__main__":
@@ -67,47 +68,16 @@ class UsageError(Exception):
     """Bad input the user can fix; printed as one line ``error: ...; fix`` with exit status 2."""
 
 
-@dataclass
-class ModelArguments:
-    """What to train: the task and a model built from a transformers config type or a saved model directory."""
-
-    task: str = field(default="mlm", metadata={"help": "mlm (masked LM) or clm (causal LM)", "choices": ["mlm", "clm"]})
-    model_type: str | None = field(
-        default=None, metadata={"help": "transformers CONFIG_MAPPING key (bert, roberta, gpt2, ...) to build from"}
-    )
-    config_overrides: str | None = field(
-        default=None, metadata={"help": 'JSON dict of config fields, e.g. {"hidden_size": 128, "num_hidden_layers": 2}'}
-    )
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "local directory of a saved model to continue from (instead of a config)"}
-    )
-    attn_implementation: str | None = field(
-        default=None, metadata={"help": "transformers attn_implementation (sdpa, eager, flash_attention_2, ...)"}
-    )
-    regional_compilation: bool = field(
-        default=False, metadata={"help": "with --torch_compile: accelerate's regional compilation (each repeated "
-                                         "block class compiled once, e.g. BertLayer; a shorter cold start)"}
-    )
-    pad_vocab_to_multiple_of: int = field(
-        default=1, metadata={"help": "the model's vocabulary (embedding rows) rounded up to a multiple of this; 1: "
-                                     "the tokenizer's size"}
-    )
-    mlm_head: str = field(
-        default="full", metadata={"help": "masked: the LM head only at masked positions (train/rank/mlm_head.py)",
-                                  "choices": ["full", "masked"]}
-    )
-    unpadded_attention: bool = field(
-        default=False, metadata={"help": "sdpa attention with no mask: every batch is full blocks (checked on the "
-                                         "CPU), SDPA runs its causal flag or no mask (train/rank/kernels.py)"}
-    )
-    fused_cross_entropy: bool = field(
-        default=False, metadata={"help": "causal LM: the LM head and its cross-entropy fused (Liger Kernel)"}
-    )
-    float8: str = field(
-        default="none", metadata={"help": "the repeated blocks' nn.Linear matmuls in float8 (torchao's float8 "
-                                          "training recipe of this name; train/rank/kernels.py)",
-                                  "choices": ["none", *kernels.FLOAT8_RECIPES]}
-    )
+#: What to train: the task and a model built from a transformers config type or a saved model directory, and the
+#: kernels it runs. One field per job key the rank gets (train.common.keys: the key's flag, type, default -- what the
+#: rank runs when the flag is absent --, choices and help), plus config_overrides, which the controller builds from
+#: the job's model_config and vocab_size.
+ModelArguments = dataclasses.make_dataclass("ModelArguments", [
+    *keys.model_fields(),
+    ("config_overrides", str | None, field(
+        default=None, metadata={"help": 'JSON dict of config fields, e.g. {"hidden_size": 128, "num_hidden_layers": 2}'})),
+])
+ModelArguments.__module__ = __name__
 
 
 @dataclass

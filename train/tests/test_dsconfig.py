@@ -25,6 +25,7 @@ from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_
 
 from train.controller import dsconfig as D
 from train.common import job as J
+from train.common.keys import KEYS
 from train.common.jsonio import write_json_atomic
 from train.controller import resolve as R
 
@@ -37,10 +38,9 @@ HF_AUTO_KEYS = [
     "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
     "scheduler.params.total_num_steps", "fp16.enabled", "bf16.enabled",
 ]
-MODEL_ARG_FLAGS = {"--task", "--model_type", "--config_overrides", "--model_name_or_path", "--dataset_dir",
-                   "--mlm_probability", "--attn_implementation", "--mlm_head",
-                   "--regional_compilation", "--pad_vocab_to_multiple_of", "--unpadded_attention",
-                   "--fused_cross_entropy", "--float8"}
+# pretrain's ModelArguments and DataArguments flags: the job keys declared to go there, and what the plan adds
+MODEL_ARG_FLAGS = {"--config_overrides", "--dataset_dir",
+                   *(f"--{k.rank_flag()}" for k in KEYS if k.rank_flag() and {"model", "rank_data"} & set(k.goes))}
 
 
 def make_job(model="bert", **overrides):

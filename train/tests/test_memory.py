@@ -138,7 +138,7 @@ def test_a_partial_offload_the_user_sets_is_kept_and_needs_zero_3():
                                          r"job has zero_stage 2"):
         R.resolve("llama", {"accelerator": "cuda", "model_size": "8b", "offload_ratio": 0.5, "zero_stage": 2},
                   gpu_memory_bytes=H200, host_memory_bytes=128 * GIB)
-    with pytest.raises(R.JobError, match=r"offload_ratio is the share .* in \(0, 1\], got 1\.5"):
+    with pytest.raises(R.JobError, match=r"offload_ratio must be in \(0, 1\], got 1\.5"):
         R.resolve("bert", {"accelerator": "cuda", "offload_ratio": "1.5"})
     with pytest.raises(R.JobError, match=r"offload_ratio must be a number"):
         R.resolve("bert", {"accelerator": "cuda", "offload_ratio": "half"})
