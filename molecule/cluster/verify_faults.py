@@ -1,6 +1,7 @@
 """Faults on the multi-node scenario (molecule/cluster/run.sh verify, after verify.py): real processes killed on
 real nodes while train.yml follows the run. Shares the cluster and the prepared data with verify.py; short runs.
 """
+import json
 import os
 import re
 import socket
@@ -258,3 +259,66 @@ def test_a_slurm_job_whose_rank_fails_names_the_node_the_rank_and_slurms_record(
     record = [line for line in cluster.podman_exec(nodes[0], "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
               if f" Name={run} " in line]
     assert len(record) == 1 and f"JobId={job.group(1)} " in record[0] and "JobState=FAILED" in record[0], record
+
+
+def test_a_slurm_node_set_down_mid_run_ends_the_job_without_a_requeue_and_keeps_the_checkpoints(tmp_path):
+    """-e launcher=slurm; after the run's first checkpoint an admin sets worker-2 down (`scontrol update
+    nodename=worker-2 state=down reason=...`). Slurm ends the job NODE_FAIL and does not requeue it (the job is
+    submitted with --no-requeue: a requeued batch script trained from step 1 over the run's checkpoints, rotating them
+    away): the checkpoints made before are kept on the head and come back, no step is logged twice (progress.jsonl,
+    the head's copy), Slurm's record of the job says Restarts=0 and the job-completion log has one record of it,
+    NODE_FAIL; the shell names Slurm's action (NODE_FAIL, not requeued), the node and the reason. worker-2 is
+    given back to Slurm after."""
+    nodes, _ = cluster.inventory()
+    node, head = "worker-2", nodes[0]
+    run = f"slurm-down-{int(time.time())}"
+    reason = f"dsc-test-{run[-6:]}"
+    proc, log = start_run(run, tmp_path, "-e", "launcher=slurm", "-e", "save_steps=10", "-e", "save_total_limit=3")
+    output = f"{RUNS}/{run}/output"
+    down = False
+    try:
+        wait_for(lambda: "saved checkpoint-" in log.read_text() or proc.poll() is not None, 420,
+                 "the run's first checkpoint")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        before = set(cluster.podman_exec(head, "sh", "-c", f"ls -d {output}/checkpoint-* 2>/dev/null | xargs -n1 "
+                                                           "basename", check=False).stdout.split())
+        assert before, log.read_text()[-3000:]
+        cluster.podman_exec(head, "scontrol", "update", f"nodename={node}", "state=down", f"reason={reason}")
+        down = True
+        took = seconds_to_exit(proc, 300)
+        # nothing of the job is started again (the follower has ended; Slurm would requeue within seconds)
+        time.sleep(10)
+        queue = cluster.podman_exec(head, "squeue", "--noheader", f"--name={run}").stdout.strip()
+        job = cluster.podman_exec(head, "scontrol", "--oneliner", "show", "job", check=False).stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if down:
+            cluster.podman_exec(head, "scontrol", "update", f"nodename={node}", "state=resume", check=False)
+            wait_for(lambda: re.search(r"State=IDLE\s", cluster.podman_exec(head, "scontrol", "show", "node", node,
+                                                                            check=False).stdout), 120,
+                     f"Slurm to take {node} back")
+    text = " ".join(log.read_text().split())
+    print(f"train.yml ended {took:.1f} s after {node} was set down in Slurm")
+    assert proc.returncode != 0, text[-3000:]
+    assert queue == "", queue
+    record = [line for line in job.splitlines() if f" JobName={run} " in line]
+    assert len(record) == 1 and "JobState=NODE_FAIL" in record[0] and " Restarts=0 " in record[0], record
+    completions = [line for line in cluster.podman_exec(head, "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
+                   if f" Name={run} " in line]
+    assert len(completions) == 1 and "JobState=NODE_FAIL" in completions[0], completions
+    # the user's shell: Slurm's action, the node, the reason
+    assert re.search(r"Slurm's record of job \d+: NODE_FAIL \(NodeDown; exit code [\d:]+\); "
+                     rf"{node} is down \(reason: {reason}, since 20[\d-]+T[\d:]+\); not requeued \(submitted with "
+                     r"--no-requeue\)", text), text[-3000:]
+    assert f"Slurm says {node} is down (reason: {reason}" in text and "the job was not requeued" in text, text[-3000:]
+    # the checkpoints made before are kept, on the head and in what came back
+    after = set(cluster.podman_exec(head, "sh", "-c", f"ls -d {output}/checkpoint-* | xargs -n1 basename").stdout.split())
+    assert before <= after, (before, after)
+    assert before <= {p.name for p in (tmp_path / run).glob("checkpoint-*")}, list((tmp_path / run).iterdir())
+    # never trained from step 1 again: the logged steps only go up
+    steps = [r["step"] for r in map(json.loads, cluster.podman_exec(head, "cat", f"{output}/progress.jsonl")
+                                    .stdout.splitlines()) if "event" not in r and "step" in r]
+    assert steps and steps == sorted(set(steps)), steps
+    for n in nodes:
+        assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))

@@ -232,6 +232,57 @@ def slurm_job_line(squeue_out: str, name: str) -> str | None:
     return None
 
 
+def sinfo_nodes_args(nodelist: str) -> list[str]:
+    """``sinfo`` of the nodes of ``nodelist`` (Slurm's hostlist, e.g. ``head-1,worker-[1-2]``: a job's NodeList), one
+    line a node and partition, in the columns :func:`slurm_nodes_in_trouble` reads: name, state (``down*``: not
+    responding too), the reason an admin or Slurm gave, when it was given."""
+    return ["sinfo", "--noheader", "--Node", f"--nodes={nodelist}", "--format=%N|%T|%E|%H"]
+
+
+#: node states of sinfo's %T that keep a node from running jobs (sinfo(1) "NODE STATE CODES"; a trailing ``*``: the
+#: node does not respond)
+_NODE_TROUBLE = ("down", "drain", "fail", "inval", "not_responding", "power_down", "powered_down", "maint", "reboot")
+
+
+def slurm_nodes_in_trouble(sinfo_out: str) -> list[dict]:
+    """The nodes Slurm holds out of service, from the output of :func:`sinfo_nodes_args`: ``[{"node", "state",
+    "reason", "since"}]`` in sinfo's order, each node once; ``reason`` "" where none was given, ``since`` "" where
+    Slurm gives no time. A node idle, allocated, mixed or completing is not listed."""
+    out: dict[str, dict] = {}
+    for line in str(sinfo_out or "").splitlines():
+        cols = line.split("|", 3)
+        if len(cols) != 4 or cols[0] in out:
+            continue
+        state = cols[1].strip().lower()
+        if not (state.endswith("*") or any(t in state for t in _NODE_TROUBLE)):
+            continue
+        reason = cols[2].strip()
+        since = cols[3].strip()
+        out[cols[0]] = {"node": cols[0], "state": state, "reason": "" if reason in ("none", "None") else reason,
+                        "since": "" if since in ("Unknown", "None", "") else since}
+    return list(out.values())
+
+
+def slurm_nodes_text(nodes: list[dict]) -> str:
+    """One phrase for :func:`slurm_nodes_in_trouble`'s nodes: ``"worker-2 is down (reason: test, since
+    2026-12-07T17:50:01)"``, several joined with "; ", or "" for none."""
+    return "; ".join(f"{n['node']} is {n['state']}" + (
+        f" (reason: {n['reason']}" + (f", since {n['since']}" if n.get("since") else "") + ")" if n.get("reason")
+        else f" (since {n['since']})" if n.get("since") else "") for n in nodes)
+
+
+def slurm_requeue_text(record: dict) -> str:
+    """What Slurm did about requeueing an ended job, from its record (scontrol's ``Requeue`` and ``Restarts``):
+    ``"not requeued (submitted with --no-requeue)"``, ``"requeued 2 times before"`` or "" where the record does
+    not say (sacct's)."""
+    restarts = str(record.get("Restarts", ""))
+    if restarts.isdigit() and int(restarts) > 0:
+        return f"requeued {restarts} time{'s' if restarts != '1' else ''} before"
+    if record.get("Requeue") == "0":
+        return "not requeued (submitted with --no-requeue)"
+    return ""
+
+
 def parse_records(text: str) -> tuple[list[dict], int]:
     """Parse the complete lines of a chunk of ``progress.jsonl``.
 

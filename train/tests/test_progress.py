@@ -208,3 +208,15 @@ def test_the_job_id_squeue_lists_and_slurms_record_of_how_the_newest_job_of_a_na
     assert slurm_exit_status({"JobState": "TIMEOUT", "ExitCode": "0:0"}) == 1
     assert "--name=run-z" in sacct_args("run-z") and "--format=JobID,JobName,State,ExitCode,Reason,NodeList" in \
         sacct_args("run-z")
+
+
+def test_slurms_nodes_out_of_service_and_its_requeue_are_said_from_its_own_output():
+    from train.controller.progress import slurm_nodes_in_trouble, slurm_nodes_text, slurm_requeue_text
+    nodes = slurm_nodes_in_trouble("head-1|allocated|none|Unknown\nworker-2|down|test|2026-12-07T17:50:01\n"
+                                   "worker-3|draining|bad gpu|Unknown\nworker-4|idle*|none|Unknown\n")
+    assert slurm_nodes_text(nodes) == ("worker-2 is down (reason: test, since 2026-12-07T17:50:01); worker-3 is "
+                                       "draining (reason: bad gpu); worker-4 is idle*")
+    assert slurm_nodes_in_trouble("") == [] and slurm_nodes_text([]) == ""
+    assert slurm_requeue_text({"Requeue": "0", "Restarts": "0"}) == "not requeued (submitted with --no-requeue)"
+    assert slurm_requeue_text({"Requeue": "1", "Restarts": "2"}) == "requeued 2 times before"
+    assert slurm_requeue_text({"JobState": "NODE_FAIL"}) == ""  # sacct's columns say nothing of it

@@ -49,7 +49,9 @@ Options:
     depend on the training code or on progress: a long checkpoint save or a first-step compile is not a failure.
 
 Returns ``rc`` (the launcher's exit status), ``records`` (how many progress records were seen), ``last`` (the last
-record), ``log_tail`` and, when the last step was seen, ``end_s`` (seconds from its record to the job's end); after a node failed, also ``dead_host`` (the node named by the first failure line or the
+record), ``log_tail``, for a Slurm job that ended ``slurm_record`` (Slurm's record of it) and, when it did not end
+COMPLETED, ``slurm_nodes`` (its nodes Slurm holds out of service, with their reason:
+train.controller.progress.slurm_nodes_in_trouble), and, when the last step was seen, ``end_s`` (seconds from its record to the job's end); after a node failed, also ``dead_host`` (the node named by the first failure line or the
 liveness check, or "" for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last
 log lines), and on every failure ``silent_nodes`` (the nodes that did not answer the last liveness check; not
 ``unreachable``, which would make Ansible take the head for unreachable: the
@@ -80,8 +82,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
 from train.controller.progress import (SCONTROL_JOBS_ARGS, SLURM_ENDED, SQUEUE_ARGS, format_duration,  # noqa: E402
                                        format_event, format_record, is_event, last_checkpoint, parse_records,
-                                       sacct_args, slurm_exit_status, slurm_job_id, slurm_job_line,
-                                       slurm_record)
+                                       sacct_args, sinfo_nodes_args, slurm_exit_status, slurm_job_id,
+                                       slurm_job_line, slurm_nodes_in_trouble, slurm_nodes_text, slurm_record,
+                                       slurm_requeue_text)
 from train.node.rank_status import late_to_join, trouble  # noqa: E402
 
 display = Display()
@@ -107,6 +110,9 @@ _ARGSPEC = {
 # whose bracket keeps it from matching the shell that runs it)
 SBATCH_GRACE_S = 60.0
 SBATCH_PATTERN = "[s]batch --wait --job-name={} "
+# seconds a job Slurm is ending (squeue: COMPLETING) is given past grace_seconds to end, so that its record says why
+# (Slurm's KillWait, 30 s by default, then SIGKILL)
+SLURM_ENDING_S = 90.0
 
 # torch.distributed's own lines about its rendezvous (c10d's TCPStore client/server, socket.cpp): quoted when the
 # ranks do not all join in time
@@ -414,7 +420,9 @@ class SlurmState:
                                 f"still runs job {self.job_id}: following it through squeue")
                 self.sbatch_said = True
             run.finished = False
-            if not run.seen and not with_records and said != self.said:
+            # before the first step every change; after it, what Slurm does to a running job (a node taken for dead
+            # ends it: COMPLETING), not the end of one that trained to its last step
+            if said != self.said and (not run.seen and not with_records or self.said and run.last_step_at is None):
                 display.display(f"  {said} ({format_duration(time.monotonic() - run.started)} after the "
                                 f"submission)")
                 self.said, run.last_news = said, time.monotonic()
@@ -441,10 +449,27 @@ class SlurmState:
                                f"has no sbatch of it ({status.get('msg') or 'still waiting'})")
         return None
 
+    def ending(self) -> bool:
+        """Whether Slurm is ending the job (squeue's last word: COMPLETING): its record will say why."""
+        return " is COMPLETING" in self.said
 
-def grace_failure(run: Run, now: float, grace_s: float, live: Liveness | None) -> Failure | None:
-    """The grace part: a Failure when a node's ranks ended with an error ``grace_s`` s ago and the job still runs."""
+    def nodes_out_of_service(self) -> list[dict]:
+        """The ended job's nodes that Slurm holds out of service, with their reason (sinfo;
+        train.controller.progress.slurm_nodes_in_trouble); [] without a record."""
+        if self.end is None:
+            return []
+        _, out, _ = self.run_on_head(shlex.join(sinfo_nodes_args(self.end.get("NodeList") or "")) + " 2>/dev/null")
+        return slurm_nodes_in_trouble(out)
+
+
+def grace_failure(run: Run, now: float, grace_s: float, live: Liveness | None,
+                  slurm: "SlurmState | None" = None) -> Failure | None:
+    """The grace part: a Failure when a node's ranks ended with an error ``grace_s`` s ago and the job still runs.
+    A job Slurm is ending (a node it took for dead, a task that failed) is given SLURM_ENDING_S more: it ends
+    within Slurm's KillWait, and its record then says why, which the grace would cut off."""
     if run.dead is None or now - run.dead_at < grace_s:
+        return None
+    if slurm is not None and slurm.ending() and now - run.dead_at < grace_s + SLURM_ENDING_S:
         return None
     host, code = run.dead
     return Failure(f"ranks on {host or 'the head'} ended with exit code {code} ({format_duration(now - run.started)} "
@@ -520,7 +545,7 @@ class ActionModule(AsyncFollowAction):
             if run.finished:
                 break
             now = time.monotonic()
-            failure = (grace_failure(run, now, args["grace_seconds"], live)
+            failure = (grace_failure(run, now, args["grace_seconds"], live, slurm)
                        or end_bound_failure(run, now, args["end_within_s"], live))
             if failure is not None:
                 return self._failed(result, run, failure, args)
@@ -537,8 +562,18 @@ class ActionModule(AsyncFollowAction):
         if jid:
             self._async_status(jid, "cleanup", task_vars)
         if slurm is not None and slurm.end is not None:
-            display.display(f"  Slurm's record of job {slurm.end.get('JobId')}: {slurm.end.get('JobState')} (exit "
-                            f"code {slurm.end.get('ExitCode') or '?'})")
+            end = slurm.end
+            said = f"  Slurm's record of job {end.get('JobId')}: {end.get('JobState')} (" + (
+                f"{end['Reason']}; " if end.get("Reason") not in (None, "", "None") else "") + (
+                f"exit code {end.get('ExitCode') or '?'})")
+            if end.get("JobState") != "COMPLETED":
+                # what Slurm did and why: the job's nodes it holds out of service, with their reason, and whether it
+                # requeued the job (train.yml submits with --no-requeue: docs/slurm.md)
+                result["slurm_nodes"] = slurm.nodes_out_of_service()
+                said += "".join(f"; {x}" for x in (slurm_nodes_text(result["slurm_nodes"]), slurm_requeue_text(end))
+                                if x)
+            display.display(said)
+            result["slurm_record"] = end
         log_tail = self._tail(log_file, args["tail_lines"])
         rc = run.status.get("rc")
         if run.last_step_at is not None:

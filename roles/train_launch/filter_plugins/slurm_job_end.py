@@ -14,12 +14,14 @@ _REPO = str(Path(__file__).resolve().parents[3])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from train.controller.progress import SCONTROL_JOBS_ARGS, SLURM_ENDED, sacct_args, slurm_record  # noqa: E402
+from train.controller.progress import (SCONTROL_JOBS_ARGS, SLURM_ENDED, sacct_args, slurm_nodes_text,  # noqa: E402
+                                       slurm_record, slurm_requeue_text)
 
 #: what each of Slurm's end states means for the run, in words (squeue(1)/sacct(1) "JOB STATE CODES")
 STATE_MEANS = {
     "FAILED": "a task of the job ended with an error (srun --kill-on-bad-exit then ends the others)",
-    "NODE_FAIL": "Slurm took a node of the job for dead (see scontrol show node for its reason)",
+    "NODE_FAIL": ("Slurm took a node of the job for dead and ended the job; train.yml submits it with --no-requeue, so "
+                  "that Slurm never starts it again from step 0 over the run's checkpoints (docs/slurm.md)"),
     "TIMEOUT": ("the job reached its time limit (-e train_slurm_time_limit, else the partition's); a run saves and "
                 "stops before it when -e train_slurm_signal_s leaves time for a logging interval and a save"),
     "OUT_OF_MEMORY": "a process of the job went over the memory Slurm allows it",
@@ -33,7 +35,7 @@ STATE_MEANS = {
 ENDED = SLURM_ENDED
 
 
-def slurm_job_end(scontrol, sacct, name):
+def slurm_job_end(scontrol, sacct, name, out_of_service=()):
     """Slurm's record of the newest job named ``name``, as one sentence, or "" when Slurm no longer knows it.
 
     Args:
@@ -43,12 +45,16 @@ def slurm_job_end(scontrol, sacct, name):
         (read where scontrol no longer lists the job; without an accounting database it fails and says so), or a
         skipped/empty result.
       name: the job's name (train.yml names the job after the run).
+      out_of_service: the job's nodes Slurm holds out of service, with their reason (the follower's ``slurm_nodes``:
+        train.controller.progress.slurm_nodes_in_trouble), or none.
 
     Returns:
       "" also while the job has not ended (RUNNING, COMPLETING, ...: the follower found the failure before Slurm did);
       else e.g. ``"Slurm's record of job 57 (bert-tiny-...): FAILED (NonZeroExitCode; exit code 3:0) on
       head-1,worker-[1-2]: a task of the job ended with an error (...). "`` -- scontrol's record first, sacct's
-      where scontrol has none; "" when neither names such a job. The exit code is Slurm's ``code:signal``.
+      where scontrol has none; "" when neither names such a job. The exit code is Slurm's ``code:signal``. Then,
+      where known, the nodes out of service and whether Slurm requeued the job: ``"Slurm says worker-2 is down (reason:
+      test, since 2026-12-07T17:50:01); the job was not requeued (submitted with --no-requeue). "``.
     """
     job = slurm_record((scontrol or {}).get("stdout"), (sacct or {}).get("stdout"), name)
     if job is None:
@@ -63,7 +69,14 @@ def slurm_job_end(scontrol, sacct, name):
     text += f" ({'; '.join(details)})" if details else ""
     text += f" on {nodes}" if nodes and nodes != "(null)" else ""
     means = STATE_MEANS.get(state)
-    return text + (f": {means}. " if means else ". ")
+    text += f": {means}. " if means else ". "
+    held = slurm_nodes_text(list(out_of_service or []))
+    requeue = slurm_requeue_text(job)
+    if held:
+        text += f"Slurm says {held}" + ("; " if requeue else ". ")
+    if requeue:
+        text += f"{'T' if not held else 't'}he job was {requeue}. "
+    return text
 
 
 def slurm_record_argv(what, name=""):

@@ -83,3 +83,32 @@ def test_the_record_is_read_with_the_followers_own_argv():
     assert argv == progress.sacct_args("bert-1") and argv[0] == "sacct" and "--name=bert-1" in argv
     with pytest.raises(ValueError, match="scontrol or sacct"):
         _MOD.slurm_record_argv("squeue")
+
+
+def test_a_node_slurm_took_for_dead_is_named_with_its_reason_and_the_job_not_requeued():
+    """A job ended NODE_FAIL after an admin's `scontrol update nodename=worker-2 state=down reason=test`: the
+    sentence names the node Slurm holds down, the reason given, and that the job was not requeued (--no-requeue)."""
+    from train.controller.progress import sinfo_nodes_args, slurm_nodes_in_trouble
+    lost = FAILED.replace("JobState=FAILED", "JobState=NODE_FAIL").replace("Reason=NonZeroExitCode", "Reason=NodeDown") \
+                 .replace("Requeue=1", "Requeue=0").replace("ExitCode=3:0", "ExitCode=0:0") \
+                 .replace("NodeList=worker-2", "NodeList=head-1,worker-[1-2]")
+    assert sinfo_nodes_args("head-1,worker-[1-2]") == ["sinfo", "--noheader", "--Node", "--nodes=head-1,worker-[1-2]",
+                                                        "--format=%N|%T|%E|%H"]
+    sinfo = ("head-1|idle|none|Unknown\nworker-1|idle|none|Unknown\n"
+             "worker-2|down|test|2026-12-07T17:50:01\nworker-2|down|test|2026-12-07T17:50:01\n")
+    nodes = slurm_nodes_in_trouble(sinfo)
+    assert nodes == [{"node": "worker-2", "state": "down", "reason": "test", "since": "2026-12-07T17:50:01"}]
+    said = slurm_job_end(_res(lost), None, "probe-fail", nodes)
+    assert said == ("Slurm's record of job 1 (probe-fail): NODE_FAIL (NodeDown; exit code 0:0) on head-1,worker-[1-2]: "
+                    "Slurm took a node of the job for dead and ended the job; train.yml submits it with --no-requeue, "
+                    "so that Slurm never starts it again from step 0 over the run's checkpoints (docs/slurm.md). "
+                    "Slurm says worker-2 is down (reason: test, since 2026-12-07T17:50:01); the job was not requeued "
+                    "(submitted with --no-requeue). "), said
+    # a job that an older train.yml submitted, which Slurm requeued: said too
+    again = lost.replace("Requeue=0 Restarts=0", "Requeue=1 Restarts=1")
+    assert slurm_job_end(_res(again), None, "probe-fail").endswith(" The job was requeued 1 time before. ")
+    # a node that does not respond (down*), one drained with no time known; idle, allocated, mixed ones are fine
+    more = slurm_nodes_in_trouble("a|down*|Not responding|2026-12-07T17:00:00\nb|drained|bad gpu|Unknown\n"
+                                  "c|allocated|none|Unknown\nd|mixed|none|Unknown\n")
+    assert [(n["node"], n["state"], n["reason"], n["since"]) for n in more] == [
+        ("a", "down*", "Not responding", "2026-12-07T17:00:00"), ("b", "drained", "bad gpu", "")]
