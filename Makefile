@@ -45,7 +45,7 @@ FILTER_TESTS := roles/cluster_shape/tests roles/ssh_mesh/tests roles/cuda/tests/
                 roles/train_launch/tests/test_ungathered_filter.py roles/train_launch/tests/test_slurm_job_end_filter.py \
                 roles/train_launch/tests/test_slurm_allocation_filter.py \
                 roles/cluster_check/tests/test_master_listener.py roles/cluster_check/tests/test_ssh_logins.py \
-                roles/cluster_check/tests/test_share_markers.py \
+                roles/cluster_check/tests/test_share_markers.py roles/cluster_check/tests/test_packages.py \
                 roles/train_stage/tests/test_staging_tree_filter.py
 unit-fast: setup
 	$(BIN)/python -m pytest -m "not torch and not slow" train/tests $(FILTER_TESTS) $(PYTEST_ARGS)

@@ -12,6 +12,7 @@ IN.json for ``nodes``::
      "runs": {"head-1": {"<run>": [pid, ...]}, ...},              # train/node/rank_status.py processes (train.yml)
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null,
      "checkpoints": the plan's checkpoints ({bytes, kept, peak}) or null, "checkpoint_space_refuses": true,
+     "package_lock_refuses": true,                                # false: packages off the lock only warn
      "shares": {"local_ssd_dir": {"worker-1": ["head-1", "worker-1"], ...}, "runs_dir": {...}}}  # see shared_dirs
 
 IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5,
@@ -213,6 +214,97 @@ def checkpoint_space(reports, hosts, checkpoints, refuse=True):
     return (found, []) if refuse else ([], found)
 
 
+def _expected(specifier):
+    """A lock's specifier as the messages show it: "2.21.0" for "==2.21.0", else as written ("any" for none)."""
+    if specifier.startswith("==") and not any(c in specifier[2:] for c in "<>=!~,*"):
+        return specifier[2:]
+    return specifier or "any"
+
+
+def _majority(hosts, head, value_of):
+    """The nodes whose ``value_of(host)`` is the most common (ties go to the group with the head), and that value."""
+    groups = collections.OrderedDict()
+    for host in hosts:
+        groups.setdefault(json.dumps(value_of(host), sort_keys=True), []).append(host)
+    reference = max(groups.values(), key=lambda members: (len(members), head in members))
+    return reference, value_of(reference[0])
+
+
+def packages(reports, hosts, head, refuse=True):
+    """Every node's installed distributions (node_report's ``packages``) against the lock python_env recorded in its
+    venv when site.yml installed it (node_report's ``lock``: {file, found, pins, differs}), and the nodes' locks and
+    their packages outside the locks against each other's.
+
+    Per node: a package of its lock that is missing or of another version -> one problem naming each (name,
+    expected, found) and the fix, provisioning limited to that node (site.yml refuses a --limit) -- a warning when
+    not ``refuse``; no lock recorded (a venv from before python_env recorded it) -> a warning. Across nodes: a lock
+    that differs from the majority's (ties to the head's group) -> a problem (site.yml ran with other python_env
+    variables there); a package outside the locks whose version differs from the majority's, or that only some
+    nodes have -> a warning (provisioning does not change it: the dependencies pip chose, or a package installed by
+    hand). torch and deepspeed are the parity table's.
+    Returns (problems, warnings, column): column {host: "<matching>/<locked>" or "-" where no lock was recorded}.
+    """
+    problems, warnings, column = [], [], {}
+    checked = [host for host in hosts if (reports[host].get("lock") or {}).get("found")]
+    for host in hosts:
+        lock = reports[host].get("lock")
+        if lock is None:
+            column[host] = "-"
+            continue
+        if not lock.get("found"):
+            column[host] = "-"
+            warnings.append("host %s: no lock recorded in its venv (%s): its packages were not checked against what "
+                            "site.yml installs; run `ansible-playbook playbooks/provision.yml --limit %s` (python_env "
+                            "records it)"
+                            % (host, lock["file"], host))
+            continue
+        differs = lock.get("differs") or []
+        column[host] = "%d/%d" % (len(lock["pins"]) - len(differs), len(lock["pins"]))
+        if differs:
+            what = "; ".join("%s (expected %s, found %s)" % (d["name"], _expected(d["expected"]),
+                                                             d["found"] if d["found"] is not None else "missing")
+                             for d in differs)
+            message = ("host %s: %d package%s of its venv differ%s from the lock site.yml installed (%s): %s; run "
+                       "`ansible-playbook playbooks/provision.yml --limit %s` (python_env installs the lock again)%s"
+                       % (host, len(differs), "" if len(differs) == 1 else "s", "s" if len(differs) == 1 else "",
+                          lock["file"], what, host,
+                          "; -e cluster_check_package_lock=false only warns" if refuse else ""))
+            (problems if refuse else warnings).append(message)
+    if len(checked) > 1:
+        reference, ref_pins = _majority(checked, head, lambda h: reports[h]["lock"]["pins"])
+        for host in checked:
+            pins = reports[host]["lock"]["pins"]
+            if host in reference or pins == ref_pins:
+                continue
+            names = sorted(set(pins) | set(ref_pins), key=lambda n: (n not in ref_pins, n))
+            what = ", ".join("%s %s (%s on %s)" % (n, _expected(pins[n]) if n in pins else "not locked",
+                                                    _expected(ref_pins[n]) if n in ref_pins else "not locked",
+                                                    reference[0])
+                             for n in names if pins.get(n) != ref_pins.get(n))
+            problems.append("host %s: site.yml installed another lock there than on %s: %s; give every node the same "
+                            "python_env_* variables (group_vars) and run `ansible-playbook site.yml`"
+                            % (host, ", ".join(reference), what))
+    locked = {"torch", "deepspeed"}
+    for host in checked:
+        locked |= set(reports[host]["lock"]["pins"])
+    listed = [host for host in hosts if reports[host].get("packages") is not None]
+    if len(listed) > 1:
+        outside = lambda h: {n: v for n, v in reports[h]["packages"].items() if n not in locked}  # noqa: E731
+        reference, ref_packages = _majority(listed, head, outside)
+        for host in listed:
+            mine = outside(host)
+            if host in reference or mine == ref_packages:
+                continue
+            names = sorted(set(mine) | set(ref_packages))
+            what = ", ".join("%s %s (%s on %s)" % (n, mine.get(n, "missing"), ref_packages.get(n, "missing"),
+                                                    reference[0])
+                             for n in names if mine.get(n) != ref_packages.get(n))
+            warnings.append("host %s: packages outside the lock differ from %s's: %s; install the same versions in "
+                            "its venv (pip install NAME==VERSION), or remove its venv_dir and run `ansible-playbook "
+                            "playbooks/provision.yml --limit %s`" % (host, ", ".join(reference), what, host))
+    return problems, warnings, column
+
+
 def launcher(reports, head, multi_node, launcher_name):
     """pdsh must be on the head when the launcher starts ranks on other nodes over ssh (pdsh -R ssh)."""
     if multi_node and launcher_name == "pdsh" and not reports[head].get("pdsh"):
@@ -273,10 +365,15 @@ def check_nodes(data):
     for host in hosts:  # the runs still running there (train/node/rank_status.py processes), which busy() judges
         reports[host]["runs"] = (data.get("runs") or {}).get(host) or {}
     rows, problems = parity(reports, hosts, head)
+    package_problems, warnings, lock_column = packages(reports, hosts, head, data.get("package_lock_refuses", True))
+    problems += package_problems
+    for row, host in zip(rows, hosts):
+        row.append(lock_column[host])
     in_place, share_problems, notes = shared_dirs(hosts, head, data.get("shares") or {})
     problems += share_problems
-    disk_problems, warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0), in_place)
+    disk_problems, disk_warnings = disks(reports, hosts, int(data.get("min_free_bytes") or 0), in_place)
     problems += disk_problems
+    warnings += disk_warnings
     problems += launcher(reports, head, bool(data.get("multi_node")), data.get("launcher") or "pdsh")
     problems += job_needs(reports, hosts, data.get("job"))
     space_problems, space_warnings = checkpoint_space(reports, hosts, data.get("checkpoints"),
@@ -285,7 +382,7 @@ def check_nodes(data):
     warnings += space_warnings
     if data.get("run_name"):
         problems += busy(reports, hosts, head, data["run_name"], data.get("master_port"))
-    text = table(["node"] + [title for title, _, _ in PARITY], rows)
+    text = table(["node"] + [title for title, _, _ in PARITY] + ["lock"], rows)
     data["in_place"] = in_place  # main(--json) gives it to the staging
     return "\n".join([text] + notes + ["warning: " + w for w in warnings]), problems
 

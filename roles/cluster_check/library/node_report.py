@@ -14,6 +14,7 @@ with the node venv, which has no Ansible); ``main`` is the module.
 
 import fcntl
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -21,7 +22,8 @@ import tempfile
 DOCUMENTATION = r"""
 ---
 module: node_report
-short_description: Describe a node for the cluster check (venv, NCCL, GPUs, pdsh, disks, file locks, master port)
+short_description: Describe a node for the cluster check (venv, packages, NCCL, GPUs, pdsh, disks, file locks,
+  master port)
 description:
   - Describes the Python interpreter the module runs with; run it with the node venv's
     (C(ansible_python_interpreter={{ venv_dir }}/bin/python)).
@@ -45,6 +47,12 @@ options:
     description: A TCP port to test on this node (the launcher's master port on the head); 0 tests none.
     type: int
     default: 0
+  lock:
+    description:
+      - The lock python_env recorded in the venv when site.yml installed it (C(<venv_dir>/dsc-lock.txt), one
+        requirement a line); the venv's installed distributions are checked against it. C("") checks none.
+    type: path
+    default: ""
 author: deepspeed-cluster
 """
 
@@ -97,6 +105,21 @@ master_port_in_use:
   description: Whether a TCP listener holds C(master_port) on this node.
   returned: when master_port is not 0
   type: bool
+packages:
+  description: Every distribution installed in this Python's environment (importlib.metadata), C({name: version}),
+    names normalised as PEP 503 does (lower case, runs of C(-_.) as one C(-)).
+  returned: always
+  type: dict
+  sample: {"accelerate": "1.15.0", "torch": "2.13.0+cpu"}
+lock:
+  description:
+    - The check against C(lock), C({file, found, pins, differs}) -- C(pins) C({name: specifier}) as the file gives
+      them, C(differs) a list of C({name, expected, found}) (C(found) null for a package that is missing); C(found)
+      false when the file is not there (a venv installed before site.yml recorded its lock), with no pins.
+  returned: when lock is given
+  type: dict
+  sample: {"file": "/opt/venv/dsc-lock.txt", "found": true, "pins": {"accelerate": "==1.15.0"},
+           "differs": [{"name": "accelerate", "expected": "==1.15.0", "found": null}]}
 """
 
 # File-system types whose data lives on another machine (a dataset cache or build directory there is shared by
@@ -288,13 +311,82 @@ def port_in_use(port):
     return False
 
 
+def canonical_name(name):
+    """A distribution name as PEP 503 normalises it: lower case, each run of ``-``, ``_`` and ``.`` one ``-``
+    (``huggingface_hub`` and ``Huggingface-Hub`` are both ``huggingface-hub``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_distributions():
+    """{canonical name: version} of every distribution this Python imports from (importlib.metadata over sys.path;
+    where a name is installed twice, the one found first, which an import loads)."""
+    import importlib.metadata
+
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(canonical_name(name), dist.version)
+    return found
+
+
+# "name[extras] <specifier> ; marker" of a requirements line (PEP 508, without URLs)
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;#]*)")
+
+
+def read_lock(path):
+    """The pins of a requirements file, {canonical name: specifier ("==1.15.0", "" for any version)}, or None when
+    the file is not there. Blank lines, comments and option lines (``--constraint ...``) are skipped."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return None
+    pins = {}
+    for line in lines:
+        match = _REQUIREMENT.match(line)
+        if match and not line.lstrip().startswith(("#", "-")):
+            pins[canonical_name(match.group(1))] = match.group(2).replace(" ", "")
+    return pins
+
+
+def satisfies(version, specifier):
+    """Whether ``version`` (a string) meets ``specifier`` ("==1.15.0", ">=0.2,<1", "" for any): PEP 440 through
+    ``packaging`` (in every node venv: the lock pins it) where it imports, else an exact ``==`` string compare."""
+    if not specifier:
+        return True
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return specifier.startswith("==") and specifier[2:] == version
+    try:
+        return SpecifierSet(specifier).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return specifier.startswith("==") and specifier[2:] == version
+
+
+def check_lock(path, packages):
+    """``packages`` ({canonical name: version}, installed_distributions()) against the lock at ``path``: the
+    ``lock`` return key, {file, found, pins, differs}; ``differs`` lists {name, expected, found} in the file's
+    order, ``found`` None for a package that is not installed."""
+    pins = read_lock(path)
+    if pins is None:
+        return {"file": path, "found": False, "pins": {}, "differs": []}
+    differs = [{"name": name, "expected": spec, "found": packages.get(name)}
+               for name, spec in pins.items()
+               if name not in packages or not satisfies(packages[name], spec)]
+    return {"file": path, "found": True, "pins": pins, "differs": differs}
+
+
 class PathError(Exception):
     """A named path cannot be described (a broken mount: ESTALE, EIO): the module's failure message."""
 
 
-def node_report(accelerator="cpu", paths=None, master_port=0):
-    """This node's description: the keys of RETURN. ``paths``: {name: path}; ``master_port``: 0 for none.
-    Raises PathError (what, where, fix) when a path's file system cannot be read."""
+def node_report(accelerator="cpu", paths=None, master_port=0, lock=""):
+    """This node's description: the keys of RETURN. ``paths``: {name: path}; ``master_port``: 0 for none;
+    ``lock``: the venv's lock file ("" for none). Raises PathError (what, where, fix) when a path's file system
+    cannot be read."""
     described = {}
     for name, path in sorted((paths or {}).items()):
         try:
@@ -310,7 +402,10 @@ def node_report(accelerator="cpu", paths=None, master_port=0):
         "gpus": [],
         "pdsh": shutil.which("pdsh"),
         "paths": described,
+        "packages": installed_distributions(),
     }
+    if lock:
+        report["lock"] = check_lock(lock, report["packages"])
     if accelerator == "cuda":
         report["gpus"], report["nccl"] = gpus_and_nccl()
     if master_port:
@@ -326,11 +421,13 @@ def main():
     module = AnsibleModule(argument_spec={"venv": VENV_OPTION,
                                           "accelerator": {"type": "str", "choices": ["cpu", "cuda"], "default": "cpu"},
                                           "paths": {"type": "dict", "default": {}},
-                                          "master_port": {"type": "int", "default": 0}},
+                                          "master_port": {"type": "int", "default": 0},
+                                          "lock": {"type": "path", "default": ""}},
                            supports_check_mode=True)
     refuse_other_python(module, "node_report")
     try:
-        report = node_report(module.params["accelerator"], module.params["paths"], module.params["master_port"])
+        report = node_report(module.params["accelerator"], module.params["paths"], module.params["master_port"],
+                             module.params["lock"])
     except PathError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **report)
