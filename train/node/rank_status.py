@@ -288,6 +288,65 @@ def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0, kill_wait_s: flo
     return {"stopped": bool(found), "left": [[pid, _args_of(pid)] for pid in pids()]}
 
 
+def fan_out(nodes: list[dict], remote, local, timeout_s: float = 5.0, answer_within_s: float | None = None,
+            ssh_options: list[str] | tuple = ()) -> dict[str, dict]:
+    """Run one command on every node at once from the head, over the cluster's ssh mesh, and read the JSON line it
+    prints: the liveness check's (:func:`check_nodes`) and the hang watchdog's (train.node.watchdog) way to ask
+    the nodes.
+
+    Args:
+        nodes: ``[{"host", "code_dir", "local", ...}]``: the node's name as the head's ssh knows it, the staged code
+            there (the command runs in it), ``local`` true for the node this runs on (``local(node)`` is called
+            instead of ssh).
+        remote: remote(node) -> argv of the command on the node (its words are quoted here).
+        local: local(node) -> the result for the local node.
+        timeout_s: ssh's ConnectTimeout (the TCP connect and the ssh handshake) and keep-alives, in seconds.
+        answer_within_s: seconds every node has to answer in all (default twice ``timeout_s``); a node that has not
+            is cut off.
+        ssh_options: extra ssh words (tests).
+
+    Returns:
+        ``{host: {"answered": bool, "error": str, "result": the JSON value or None}}`` in ``nodes``' order --
+        ``answered`` false when ssh could not reach the node or it did not answer in time (``error`` says what ssh
+        said); a node that answered but printed no JSON line has ``answered`` true and ``error`` set.
+    """
+    out: dict[str, dict] = {}
+    procs = {}
+    t = max(1, int(round(timeout_s)))
+    within = float(answer_within_s) if answer_within_s else 2 * t
+    for node in nodes:
+        host = node["host"]
+        if node.get("local"):
+            out[host] = {"answered": True, "error": "", "result": local(node)}
+            continue
+        command = " ".join(["cd", shlex.quote(node["code_dir"]), "&&", shlex.join(remote(node))])
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={t}", "-o", f"ServerAliveInterval={t}",
+                "-o", "ServerAliveCountMax=1", *ssh_options, host, command]
+        try:
+            procs[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
+        except OSError as e:
+            out[host] = {"answered": False, "error": f"cannot run ssh: {e}", "result": None}
+    deadline = time.monotonic() + within
+    for host, p in procs.items():
+        try:
+            stdout, stderr = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            out[host] = {"answered": False, "error": f"no answer within {within:g} s", "result": None}
+            continue
+        last = (stderr.strip().splitlines() or [""])[-1][:300]
+        if p.returncode == 255:
+            out[host] = {"answered": False, "error": last or "ssh failed (exit code 255)", "result": None}
+            continue
+        try:
+            out[host] = {"answered": True, "error": "", "result": json.loads(stdout.strip().splitlines()[-1])}
+        except (IndexError, ValueError):
+            out[host] = {"answered": True, "result": None, "error": f"exit code {p.returncode}: {last}"}
+    return {node["host"]: out[node["host"]] for node in nodes}
+
+
 def check_nodes(nodes: list[dict], runs_dir: str, run: str, timeout_s: float = 5.0,
                 ssh_options: list[str] | tuple = ()) -> dict[str, dict]:
     """The follower's liveness check, run on the head: does every node answer, and are its ranks alive?
@@ -299,7 +358,8 @@ def check_nodes(nodes: list[dict], runs_dir: str, run: str, timeout_s: float = 5
         runs_dir, run: the run's directory ``<runs_dir>/<run>`` (given in two words: no command line of the check
             holds ``<runs_dir>/<run>/``, so the check is never taken for one of the run's processes).
         timeout_s: seconds a node has to answer: ssh's ConnectTimeout (the TCP connect and the ssh handshake) and
-            keep-alives; a node that has not answered after twice that is cut off. Every node is asked at once.
+            keep-alives; a node that has not answered after twice that is cut off. Every node is asked at once
+            (:func:`fan_out`).
         ssh_options: extra ssh words (tests).
 
     Returns:
@@ -307,45 +367,23 @@ def check_nodes(nodes: list[dict], runs_dir: str, run: str, timeout_s: float = 5
         could not reach the node or it did not answer in time (``error`` says what ssh said); a node that answered
         but could not read its ranks has ``answered`` true and ``error`` set.
     """
-    out: dict[str, dict] = {}
-    procs = {}
-    t = max(1, int(round(timeout_s)))
-    for node in nodes:
-        host = node["host"]
-        if node.get("local"):
-            out[host] = {"answered": True, "error": "",
-                         "ranks": read_node(Path(runs_dir) / run / RANKS_DIR, node["first"], node["count"])}
-            continue
-        remote = " ".join(["cd", shlex.quote(node["code_dir"]), "&&", shlex.quote(node["python"]), "-m",
-                           "train.node.rank_status", "read", shlex.quote(runs_dir), shlex.quote(run),
-                           str(int(node["first"])), str(int(node["count"]))])
-        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={t}", "-o", f"ServerAliveInterval={t}",
-                "-o", "ServerAliveCountMax=1", *ssh_options, host, remote]
-        try:
-            procs[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, text=True)
-        except OSError as e:
-            out[host] = {"answered": False, "error": f"cannot run ssh: {e}", "ranks": []}
-    deadline = time.monotonic() + 2 * t
-    for host, p in procs.items():
-        try:
-            stdout, stderr = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            out[host] = {"answered": False, "error": f"no answer within {2 * t} s", "ranks": []}
-            continue
-        last = (stderr.strip().splitlines() or [""])[-1][:300]
-        if p.returncode == 255:
-            out[host] = {"answered": False, "error": last or "ssh failed (exit code 255)", "ranks": []}
-            continue
-        try:
-            ranks = json.loads(stdout.strip().splitlines()[-1])
-            out[host] = {"answered": True, "error": "", "ranks": ranks}
-        except (IndexError, ValueError):
+    def remote(node):
+        return [node["python"], "-m", "train.node.rank_status", "read", runs_dir, run, str(int(node["first"])),
+                str(int(node["count"]))]
+
+    def local(node):
+        return read_node(Path(runs_dir) / run / RANKS_DIR, node["first"], node["count"])
+
+    out = {}
+    for host, answer in fan_out(nodes, remote, local, timeout_s, ssh_options=ssh_options).items():
+        if not answer["answered"]:
+            out[host] = {"answered": False, "error": answer["error"], "ranks": []}
+        elif answer["error"] or not isinstance(answer["result"], list):
             out[host] = {"answered": True, "ranks": [],
-                         "error": f"its rank status could not be read (exit code {p.returncode}: {last})"}
-    return {node["host"]: out[node["host"]] for node in nodes}
+                         "error": f"its rank status could not be read ({answer['error'] or 'not a list'})"}
+        else:
+            out[host] = {"answered": True, "error": "", "ranks": answer["result"]}
+    return out
 
 
 def trouble(status: dict) -> str | None:

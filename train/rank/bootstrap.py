@@ -4,8 +4,9 @@
 among its ranks), HF_HUB_OFFLINE=1 and TOKENIZERS_PARALLELISM=false unless already set, the rank/world variables of
 a single-process run under ``--deepspeed``; in a run of the playbooks, a copy of everything the rank writes to
 stdout/stderr in ``<run_dir>/logs/<host>.rank<R>.log`` (:func:`tee_rank_output`) and the rank's status file
-(train.node.rank_status), and the variables the admin's shell passed to the run (:func:`load_passthrough`); then it
-prints ``[rank R/W] host=<hostname> local_rank=<L>``.
+(train.node.rank_status), a dump of every thread's Python stack into that log on the hang watchdog's signal
+(train.node.watchdog.register_stack_dump: faulthandler on SIGUSR2), and the variables the admin's shell passed to the
+run (:func:`load_passthrough`); then it prints ``[rank R/W] host=<hostname> local_rank=<L>``.
 
 The launch sets ``DSC_JOB_FILE`` (the run's job.json on this node) and ``DSC_RUN_NAME`` for every rank (through
 ``.deepspeed_env`` over pdsh on several nodes, else in the launcher's environment), so every rank sees them even when
@@ -87,6 +88,11 @@ def bootstrap(deepspeed_config: str | None = None, announce: bool = True) -> Ran
                     local_rank=int(os.environ.get("LOCAL_RANK", "0")), local_size=local_size,
                     host=socket.gethostname(), started=time.monotonic())
     tee_rank_output(info.rank, info.host)
+    if os.environ.get(JOB_FILE_ENV):
+        # the hang watchdog's SIGUSR2 makes this rank write every thread's Python stack to its stderr, hence its log
+        from train.node.watchdog import register_stack_dump
+
+        register_stack_dump()
     if announce:
         sys.stdout.flush()
         os.write(sys.stdout.fileno(),

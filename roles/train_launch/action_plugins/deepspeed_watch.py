@@ -26,6 +26,11 @@ Options:
   end_within_s: seconds the ranks may take, after the progress record of the run's last step (step = max_steps),
     to write the final checkpoint and model and exit; past that the run fails, saying where it was (default 0: no
     bound). A rank stuck after ``Writing model shards`` or in a barrier would otherwise hold the nodes for ever.
+  hang: the hang watchdog, ``{"floor_s", "factor", "first_step_s"}`` or omitted/null for none: no new progress
+    record within train.node.watchdog.hang_bound (``max(floor_s, factor x the slowest logging interval seen)``,
+    ``first_step_s`` from the launch before the first record) fails the run after every rank's Python stack is
+    captured into its log, naming the ranks not where the others are (:class:`HangWatch`; the stacks need the
+    liveness check's nodes).
   checkpoint: the step of the checkpoint the run resumed from (-e resume=), or omitted: the progress lines name it as
     the last checkpoint until the run saves a new one.
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
@@ -55,14 +60,15 @@ train.controller.progress.slurm_nodes_in_trouble), and, when the last step was s
 liveness check, or "" for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last
 log lines), and on every failure ``silent_nodes`` (the nodes that did not answer the last liveness check; not
 ``unreachable``, which would make Ansible take the head for unreachable: the
-playbook does not wait for them). Fails when the launcher exits non-zero, ``grace_seconds`` after a node failed,
-``end_within_s`` after the last step, or when the liveness check takes a node for dead (the playbook then stops the run everywhere:
+playbook does not wait for them), and after a hang ``hung`` (the stuck ranks, ``[{"rank", "host", "why"}]``). Fails
+when the launcher exits non-zero, ``grace_seconds`` after a node failed, ``end_within_s`` after the last step, past
+the hang watchdog's bound, or when the liveness check takes a node for dead (the playbook then stops the run everywhere:
 roles/train_launch/tasks/stop.yml).
 
 The poll loop (``ActionModule.run``) only orders its parts, each a class or function of its own that reads and updates
 the follower's :class:`Run`: :class:`Progress` (the files' new bytes, the lines printed), the liveness check
 (:class:`Liveness`, :class:`Rendezvous`), :class:`SlurmState`, the grace after a node failed (:func:`grace_failure`)
-and the end bound (:func:`end_bound_failure`). A part that gives up on the run returns a :class:`Failure`; a new
+the end bound (:func:`end_bound_failure`) and the hang watchdog (:class:`HangWatch`). A part that gives up on the run returns a :class:`Failure`; a new
 bound on a run that has not ended is one more such function in the loop's chain.
 """
 
@@ -86,6 +92,7 @@ from train.controller.progress import (SCONTROL_JOBS_ARGS, SLURM_ENDED, SQUEUE_A
                                        slurm_job_line, slurm_nodes_in_trouble, slurm_nodes_text, slurm_record,
                                        slurm_requeue_text)
 from train.node.rank_status import late_to_join, trouble  # noqa: E402
+from train.node.watchdog import hang_bound  # noqa: E402
 
 display = Display()
 
@@ -103,6 +110,7 @@ _ARGSPEC = {
     "checkpoint": {"type": "int", "default": None},
     "rendezvous": {"type": "dict", "default": None},
     "end_within_s": {"type": "float", "default": 0.0},
+    "hang": {"type": "dict", "default": None},
 }
 
 # seconds the head's sbatch --wait is given, after squeue no longer lists the job, to see its end and exit (Slurm's
@@ -266,6 +274,7 @@ class Run:
     dead: tuple[str, int] | None = None  # (host, exit code) of the first node whose ranks ended with an error
     dead_line: str = ""  # the log line that said so
     dead_at: float = 0.0  # when it was read
+    last_record_at: float | None = None  # when the last progress record (a logged step) was read
 
 
 @dataclass
@@ -278,6 +287,7 @@ class Failure:
     dead_line: str = ""
     dead_lines: list[str] = field(default_factory=list)
     silent_nodes: list[str] | None = None
+    hung: list[dict] | None = None  # the hang watchdog's stuck ranks ([{"rank", "host", "why"}]), None: not a hang
 
 
 class Progress:
@@ -330,7 +340,7 @@ class Progress:
             display.display(f"  {format_record(record, run.checkpoint)}")
             run.last = record
             run.seen += 1
-            run.last_news = time.monotonic()
+            run.last_news = run.last_record_at = time.monotonic()
             if run.last_step_at is None and is_last_step(record):
                 run.last_step_at = run.last_news
 
@@ -486,6 +496,77 @@ def end_bound_failure(run: Run, now: float, bound_s: float, live: Liveness | Non
                    silent_nodes=live.unreachable() if live is not None else [])
 
 
+class HangWatch:
+    """The hang watchdog (the ``hang`` option: ``{"floor_s", "factor", "first_step_s"}``): a run that logs no new
+    step within train.node.watchdog.hang_bound of its last one (of the launch, before the first) is taken for hung;
+    before the stop every rank's Python stack is captured into its log (``python -m train.node.watchdog dump-all``
+    on the head, over the ssh mesh; the liveness check's nodes) and the ranks not where the others are are named."""
+
+    def __init__(self, spec: dict, liveness: dict | None, run_on_head):
+        self.floor_s, self.factor = float(spec.get("floor_s") or 0), float(spec.get("factor") or 5)
+        self.first_step_s = float(spec.get("first_step_s") or 0)
+        self.liveness, self.run_on_head = liveness, run_on_head
+        self.intervals: list[float] = []  # interval_s of every record of this attempt but its first
+        self.steps = 0
+
+    def note(self, records: list[dict]) -> None:
+        """Take in the new progress records' measured intervals (the first record's covers the warm-up)."""
+        for record in records:
+            if is_event(record):
+                continue
+            if self.steps and isinstance(record.get("interval_s"), (int, float)):
+                self.intervals.append(float(record["interval_s"]))
+            self.steps += 1
+
+    def bound_text(self, bound: float) -> str:
+        """How the bound was reached, for the message."""
+        if not self.steps:
+            return f"train_hang_first_step_s, {format_duration(bound)} before the first logged step"
+        slowest = max(self.intervals, default=0.0)
+        return (f"max(train_hang_floor_s {format_duration(self.floor_s)}, {self.factor:g} x the slowest logging "
+                f"interval seen {format_duration(slowest)}) = {format_duration(bound)}")
+
+    def stacks(self) -> dict:
+        """Every rank's stack, captured now: ``{"ranks", "stuck", "said"}`` (train.node.watchdog.main), or a
+        ``said`` of why not."""
+        if not self.liveness:
+            return {"stuck": [], "said": "the stacks were not captured: the liveness check is off "
+                                         "(train_liveness_failures=0), and it gives the watchdog the nodes"}
+        spec = self.liveness
+        python = next(n["python"] for n in spec["nodes"] if n.get("local"))
+        argv = [python, "-m", "train.node.watchdog", "dump-all", spec["runs_dir"], spec["run"],
+                json.dumps(spec["nodes"]), str(spec.get("timeout_s") or 5)]
+        rc, out, err = self.run_on_head(f"cd {shlex.quote(spec['nodes'][0]['code_dir'])} && {shlex.join(argv)}")
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            why = (err.strip().splitlines() or [f"exit code {rc}"])[-1][:300]
+            return {"stuck": [], "said": f"the stacks could not be captured ({why})"}
+
+    def check(self, run: Run, now: float) -> Failure | None:
+        """A Failure when the run has gone past the bound without a new logged step (never after its last step:
+        the end bound's), else None."""
+        if run.last_step_at is not None:
+            return None
+        bound = hang_bound(self.intervals, self.floor_s, self.factor, self.first_step_s, self.steps)
+        since = now - (run.last_record_at or run.started)
+        if bound is None or since < bound:
+            return None
+        display.display(f"  no new logged step for {format_duration(since)} (the hang watchdog's bound: "
+                        f"{self.bound_text(bound)}): capturing every rank's Python stack")
+        found = self.stacks()
+        stuck = list(found.get("stuck") or [])
+        what = (f"no new logged step for {format_duration(since)} " + (
+            f"after step {run.last.get('step')}" if run.seen else "since the launch") +
+            f" (the hang watchdog's bound: {self.bound_text(bound)}): {found.get('said')}")
+        return Failure(f"{what}. Every rank's Python stack is in its log (logs/<host>.rank<R>.log, brought back "
+                       f"with the run). If the run's steps are only slow, raise train_hang_floor_s "
+                       f"(train_hang_first_step_s before the first step); 0 switches the watchdog off",
+                       dead_host=stuck[0]["host"] if stuck else "",
+                       dead_lines=node_lines(run.recent, stuck[0]["host"]) if stuck else [],
+                       silent_nodes=[], hung=stuck)
+
+
 class ActionModule(AsyncFollowAction):
     """Poll an async training job; print progress lines as they arrive.
 
@@ -505,6 +586,8 @@ class ActionModule(AsyncFollowAction):
                       log_tail=self._tail(args["log_file"], args["tail_lines"]), msg=failure.msg)
         if failure.silent_nodes is not None:
             result["silent_nodes"] = failure.silent_nodes
+        if failure.hung is not None:
+            result["hung"] = failure.hung
         return result
 
     def run(self, tmp=None, task_vars=None):
@@ -520,6 +603,7 @@ class ActionModule(AsyncFollowAction):
         rendezvous = (Rendezvous(args["rendezvous"])
                       if live is not None and (args["rendezvous"] or {}).get("within_s") else None)
         slurm = SlurmState(args["slurm_job"], args["attach"], self._run_on_head) if args["slurm_job"] else None
+        hang = HangWatch(args["hang"], args["liveness"], self._run_on_head) if args["hang"] else None
         next_poll = run.started
 
         while True:
@@ -542,11 +626,14 @@ class ActionModule(AsyncFollowAction):
                 if failure is not None:
                     return self._failed(result, run, failure, args)
             progress.show(run, records)
+            if hang is not None:
+                hang.note(records)
             if run.finished:
                 break
             now = time.monotonic()
             failure = (grace_failure(run, now, args["grace_seconds"], live, slurm)
-                       or end_bound_failure(run, now, args["end_within_s"], live))
+                       or end_bound_failure(run, now, args["end_within_s"], live)
+                       or (hang.check(run, now) if hang is not None else None))
             if failure is not None:
                 return self._failed(result, run, failure, args)
             progress.quiet(run, now)

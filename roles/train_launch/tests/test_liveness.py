@@ -2,7 +2,8 @@
 (connection local, the machine playing the head): the launcher job hangs as the surviving ranks of a run that lost
 a node do, and the follower stops waiting after the configured number of failed checks -- a node that accepts TCP
 but never speaks (a paused node), or a rank whose process was SIGKILLed -- naming the node; a node that answers and
-ranks that live keep it following until the job ends. And the bound on a run's end: after the progress record of
+ranks that live keep it following until the job ends. The hang watchdog: live ranks, one of them stopped, and no
+step logged in time: the stacks captured, the stopped rank named. And the bound on a run's end: after the progress record of
 the last step, a job that does not end in time (a rank stuck after its final save) fails the follower, saying where
 the run was; one that ends in time is timed from that record to its end."""
 
@@ -22,7 +23,7 @@ PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modul
 
 
 def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rendezvous=None, poll_s=2,
-           end_within_s=0):
+           end_within_s=0, hang=None):
     """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes`` (none for None), the
     rendezvous bound (a dict) when given, and the bound on the run's end; (seconds, output, the follower's result)."""
     liveness = {"nodes": nodes, "runs_dir": str(tmp_path / "runs"), "run": "r1", "every_s": every_s,
@@ -46,6 +47,7 @@ def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rend
         end_within_s: {end_within_s}
         liveness: {json.dumps(liveness)}
         rendezvous: {json.dumps(rendezvous)}
+        hang: {json.dumps(hang)}
       register: res
       ignore_errors: true
     - name: Keep the result
@@ -179,3 +181,57 @@ def test_ranks_that_end_in_time_are_timed_from_the_last_step(ansible_playbook, t
     # (CI runs the cluster scenario beside this: 6.1 s seen)
     assert 1 <= res["end_s"] <= 12, res
     assert "the ranks ended " in text and " after the last step (the final checkpoint and model written)" in text
+
+
+HUNG_RANK = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from train.node import rank_status, watchdog
+run_dir, rank = sys.argv[1], int(sys.argv[2])
+log = os.open(os.path.join(run_dir, "logs", f"head-1.rank{{rank}}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+os.dup2(log, 2)  # the rank's stderr is its log (bootstrap's tee in a real run)
+rank_status.record_start(rank, 2, rank, "head-1", job_file=os.path.join(run_dir, "job.json"))
+watchdog.register_stack_dump()
+
+def all_reduce_wait():
+    while True:
+        time.sleep(0.05)
+
+print("ready", flush=True)
+all_reduce_wait()
+"""
+
+
+def test_a_run_that_logs_no_new_step_is_taken_for_hung_with_every_ranks_stack_and_the_stopped_rank_named(
+        ansible_playbook, tmp_path):
+    """The hang watchdog (deepspeed_watch's hang option): two live ranks, rank 1 SIGSTOPped; no step is logged within
+    first_step_s of the launch: the follower captures the stacks (rank 0's lands in its log), names rank 1 as stopped
+    and rank 0's place, and fails within the bound -- while the liveness check, which sees live processes on a node
+    that answers, says nothing."""
+    run_dir = tmp_path / "runs" / "r1"
+    (run_dir / "logs").mkdir(parents=True)
+    script = tmp_path / "rank.py"
+    script.write_text(HUNG_RANK.format(repo=str(REPO)))
+    ranks = [subprocess.Popen([sys.executable, str(script), str(run_dir), str(r)], stdout=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    try:
+        for p in ranks:
+            assert p.stdout.readline().strip() == "ready"
+        os.kill(ranks[1].pid, signal.SIGSTOP)
+        took, text, res = follow(ansible_playbook, tmp_path, 60, [here(count=2)], every_s=1, poll_s=1,
+                                 hang={"floor_s": 3, "factor": 5, "first_step_s": 5})
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
+    assert res.get("failed"), text
+    assert 5 <= took < 40, (took, text)
+    msg = res["msg"]
+    assert msg.startswith("no new logged step for ") and "since the launch (the hang watchdog's bound: " in msg, msg
+    assert "train_hang_first_step_s, 5s before the first logged step" in msg, msg
+    assert "rank 1 on head-1 wrote no stack: its process is stopped (state T); rank 0 waits in all_reduce_wait (" in \
+        msg, msg
+    assert res["hung"] == [{"rank": 1, "host": "head-1", "why": "wrote no stack: its process is stopped (state T)"}]
+    assert res["dead_host"] == "head-1"
+    assert "capturing every rank's Python stack" in text, text
+    assert "in all_reduce_wait" in (run_dir / "logs" / "head-1.rank0.log").read_text()
