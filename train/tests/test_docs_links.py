@@ -28,6 +28,13 @@ def markdown_files():
     return [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md"))
 
 
+def current_pages():
+    """The pages that describe the repository as it is: markdown_files() less the dated benchmark records of
+    docs/benchmarks/ (each tells what ran at its commit, in that commit's names); that folder's index is kept."""
+    return [p for p in markdown_files()
+            if p.parent != REPO / "docs" / "benchmarks" or p.name == "README.md"]
+
+
 def prose_lines(text):
     """(line number, line) of every line outside fenced code blocks."""
     fence = None
@@ -183,3 +190,106 @@ def test_an_outside_reference_is_found(tmp_path):
     subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
     found = outside_references(tmp_path)
     assert [line.split(":")[0:2] for line in found] == [["a.py", str(n)] for n in range(1, len(bad) + 1)], found
+
+
+# A repository path in a page's text (prose, code spans and blocks): a top-level folder of the repository, then
+# path characters. A placeholder (`<role>`, `*`, `{x}`) ends the path: its folder part is checked then.
+REPO_PATH = re.compile(r"(?<![\w./~$<>@-])((?:roles|playbooks|templates|molecule|docs|inventory|\.config|\.ci|"
+                       r"train(?=/(?:common|controller|data|node|rank|tools|presets|tests)\b|/\w+\.py\b|/[\s`)]))"
+                       r"/[\w./-]*)")
+# paths a page tells the reader to make (not in the repository)
+USER_PATHS = ("inventory/mycluster",)
+# a dotted word that is a file name (train.log, job.json), not a module's name
+FILE_SUFFIXES = {"py", "yml", "yaml", "json", "jsonl", "log", "md", "txt", "sh", "png", "j2", "ini", "env", "csv"}
+# `train.<package>.<module>[.<name>]`, and `<module>.<name>` in a code span where <module> is a module of train/
+TRAIN_NAME = re.compile(r"(?<![\w./])(train(?:\.\w+)+)")
+SHORT_NAME = re.compile(r"^(\w+)\.(\w+)(?:\(.*\))?$")
+
+
+def train_modules():
+    """Dotted name -> path of every module and package of train/."""
+    return {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in (REPO / "train").rglob("*.py") if "__pycache__" not in p.parts}
+
+
+def defined_names(path):
+    """The names a module defines at its top level (functions, classes, assignments, imports)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def missing_names(path, root=None):
+    """One message per repository path or train module (or a module's name) that ``path`` names and that does not
+    exist. ``root``: the repository to check against (the checker's own test gives another)."""
+    root = root or REPO
+    mods = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in (root / "train").rglob("*.py")}
+    by_basename = {}
+    for name, p in mods.items():
+        by_basename.setdefault(name.rsplit(".", 1)[-1], []).append(p)
+    text = path.read_text(encoding="utf-8")
+    problems = []
+
+    def where(m):
+        return f"{path.relative_to(root)}:{text.count(chr(10), 0, m.start()) + 1}"
+
+    for m in REPO_PATH.finditer(text):
+        found = m.group(1).rstrip(".,:;")
+        if text[m.end():m.end() + 1] in ("<", "*", "{") or ".." in found:
+            found = found[:found.rfind("/") + 1] if ".." not in found else found.split("..")[0].rsplit("/", 1)[0]
+        if found and not found.startswith(USER_PATHS) and not (root / found).exists():
+            problems.append(f"{where(m)}: {found} does not exist")
+    for m in TRAIN_NAME.finditer(text):
+        parts = m.group(1).rstrip(".").split(".")
+        if parts[-1] in FILE_SUFFIXES:  # a file name (train.log), not a module
+            continue
+        known = max((i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in mods), default=0)
+        if known < 2:
+            problems.append(f"{where(m)}: no module {'.'.join(parts[:3])} in train/")
+        elif known < len(parts) and parts[known] not in defined_names(mods[".".join(parts[:known])]):
+            package = mods[".".join(parts[:known])].name == "__init__.py"
+            problems.append(f"{where(m)}: " + (f"no module {'.'.join(parts[:known + 1])} in train/" if package
+                                               else f"{'.'.join(parts[:known])} has no {parts[known]}"))
+    for m in INLINE_CODE.finditer(text):
+        short = SHORT_NAME.match(m.group(2).strip())
+        if short and short.group(1) in by_basename and short.group(2) not in FILE_SUFFIXES and not any(
+                short.group(2) in defined_names(p) for p in by_basename[short.group(1)]):
+            problems.append(f"{where(m)}: no module {short.group(1)} of train/ defines {short.group(2)}")
+    return problems
+
+
+@pytest.mark.parametrize("path", current_pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_repository_path_and_train_module_named_exists(path):
+    """A page that names a file, a folder or a train.* module (and a name in it) that is not there sends a reader
+    nowhere; a renamed module or a moved file fails here, not in a reader's hands."""
+    problems = missing_names(path)
+    assert not problems, "named in the docs but not in the repository:\n" + "\n".join(problems)
+
+
+def test_a_missing_path_or_module_is_found(tmp_path):
+    """The checker itself, on a repository of its own: each kind of missing name is found, what exists is not."""
+    (tmp_path / "train" / "rank").mkdir(parents=True)
+    (tmp_path / "train" / "__init__.py").write_text("")
+    (tmp_path / "train" / "rank" / "__init__.py").write_text("")
+    (tmp_path / "train" / "rank" / "patches.py").write_text("def mix_in():\n    pass\nLIMIT = 3\n")
+    (tmp_path / "roles" / "a" / "tasks").mkdir(parents=True)
+    page = tmp_path / "README.md"
+    page.write_text("roles/a/tasks/ and `roles/a/tasks/<step>.yml` and train.rank.patches.mix_in, `patches.LIMIT`\n"
+                    "roles/b/tasks/main.yml\n`molecule/base.yml`\ntrain.rank." + "runtime\ntrain.rank.patches.gone\n"
+                    "`patches.gone()`\n")
+    problems = missing_names(page, tmp_path)
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "roles/b/tasks/main.yml does not exist", "molecule/base.yml does not exist", "no module train.rank." + "runtime in train/",
+        "train.rank.patches has no gone", "no module patches of train/ defines gone"], problems
+    assert [p.split(":")[1] for p in problems] == ["2", "3", "4", "5", "6"]

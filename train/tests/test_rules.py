@@ -1,0 +1,64 @@
+"""The rules of docs/developers/architecture.md ("Rules of thumb") that the roles' YAML can break, kept here, with
+the places that break them today named (its "Known debts"): a new one fails, an old one mended needs no change here.
+Reads the files as text: a fast-tier test."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# roles whose tasks/main.yml still holds tasks of its own instead of only include_tasks / import_tasks of its steps
+MAIN_WITH_TASKS = {"slurm", "torch_matrix", "train_launch", "train_plan"}
+# task files that still build a value with a Jinja program ({% set %} / {% for %}) instead of a filter plugin
+JINJA_PROGRAMS = {"roles/cluster_check/tasks/preflight.yml", "roles/cluster_check/vars/main.yml",
+                  "roles/node_env/tasks/nccl_conf.yml", "roles/node_env/tasks/preflight.yml",
+                  "roles/ssh_mesh/tasks/etc_hosts.yml", "roles/train_launch/tasks/passthrough.yml",
+                  "roles/train_launch/tasks/stop.yml"}
+# task files that still parse a script's printed JSON (or a file's) with from_json instead of a module's return keys
+FROM_JSON = {"roles/cluster_check/tasks/health.yml", "roles/cluster_check/tasks/preflight.yml",
+             "roles/cluster_check/vars/main.yml", "roles/deepspeed/tasks/build.yml",
+             "roles/deepspeed/tasks/install.yml", "roles/node_env/tasks/vars.yml", "roles/python_env/tasks/torch.yml",
+             "roles/python_env/tasks/verify.yml", "roles/train_launch/tasks/attach.yml",
+             "roles/train_launch/tasks/collect.yml", "roles/train_launch/tasks/follow.yml",
+             "roles/train_launch/tasks/stop.yml", "roles/train_stage/tasks/code.yml",
+             "roles/train_stage/tasks/imports.yml", "roles/train_stage/tasks/resume.yml"}
+
+_TASK = re.compile(r"^- (?:.*\n(?:  .*\n|\n)*?)?  (?P<module>\w+\.\w+\.\w+):", re.M)  # a task's FQCN module
+_JINJA_PROGRAM = re.compile(r"\{%-?\s*(?:set|for)\b")
+
+
+def role_yaml() -> list[Path]:
+    """The roles' and playbooks' YAML, less the molecule scenarios (tests, not the project's tasks)."""
+    return sorted(p for top in ("roles", "playbooks") for p in (REPO / top).rglob("*.yml")
+                  if "molecule" not in p.parts and p.is_file())
+
+
+def test_a_roles_tasks_main_is_a_table_of_contents():
+    """tasks/main.yml lists the role's steps, each an include_tasks (or import_tasks) of tasks/<step>.yml."""
+    grown = []
+    for main in sorted((REPO / "roles").glob("*/tasks/main.yml")):
+        modules = {m.group("module") for m in _TASK.finditer(main.read_text(encoding="utf-8"))}
+        assert modules, f"{main}: no task found (the checker no longer reads it)"
+        if modules - {"ansible.builtin.include_tasks", "ansible.builtin.import_tasks"} and \
+                main.parts[-3] not in MAIN_WITH_TASKS:
+            grown.append(f"{main.relative_to(REPO)}: {sorted(modules)}")
+    assert not grown, "move these tasks into a tasks/<step>.yml included from tasks/main.yml:\n" + "\n".join(grown)
+
+
+def test_no_new_jinja_program_in_the_roles():
+    """A value built with {% set %} / {% for %} is a filter plugin's function, unit-tested in the role's tests/."""
+    found = [str(p.relative_to(REPO)) for p in role_yaml() if _JINJA_PROGRAM.search(p.read_text(encoding="utf-8"))]
+    assert set(found) - JINJA_PROGRAMS == set(), "write a filter plugin instead: " + ", ".join(
+        sorted(set(found) - JINJA_PROGRAMS))
+    assert len(found) >= 1  # the checker still finds the known ones (none left: empty JINJA_PROGRAMS and this line)
+
+
+def test_no_new_from_json_of_a_scripts_output():
+    """What a task needs from a node comes back as a module's return keys, not as JSON printed for from_json."""
+    found = [str(p.relative_to(REPO)) for p in role_yaml() if "from_json" in p.read_text(encoding="utf-8")]
+    assert set(found) - FROM_JSON == set(), "return it from a module of the role's library/ instead: " + ", ".join(
+        sorted(set(found) - FROM_JSON))
+    assert len(found) >= 1
+
