@@ -62,3 +62,24 @@ def test_no_new_from_json_of_a_scripts_output():
         sorted(set(found) - FROM_JSON))
     assert len(found) >= 1
 
+
+def test_a_test_that_runs_ansible_unmarked_is_named_at_collection():
+    """conftest.py's guard of the tiers: a test whose fixtures include one that runs Ansible is named unless it is
+    marked slow; one marked slow, or using no such fixture, is not."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dsc_root_conftest", REPO / "conftest.py")
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+
+    class Item:
+        def __init__(self, nodeid, fixturenames, slow):
+            self.nodeid, self.fixturenames, self.slow = nodeid, fixturenames, slow
+
+        def get_closest_marker(self, name):
+            return object() if name == "slow" and self.slow else None
+
+    items = [Item("a::unmarked", ["tmp_path", "plans", "ansible_playbook"], False),
+             Item("b::marked", ["run_playbook"], True), Item("c::pure", ["tmp_path"], False),
+             Item("d::module", ["run_module"], False)]
+    assert guard.unmarked_slow(items) == ["a::unmarked", "d::module"]

@@ -12,6 +12,8 @@ import yaml
 
 pytest.importorskip("deepspeed")  # the preflight probes the venv: run with the node venv's Python (make unit)
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 
 @pytest.fixture
 def inventory(tmp_path):

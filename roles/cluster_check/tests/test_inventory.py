@@ -9,6 +9,8 @@ import sys
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 

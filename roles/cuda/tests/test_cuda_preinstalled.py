@@ -6,6 +6,10 @@ import json
 import os
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 NVCC = """#!/bin/sh
 echo "nvcc: NVIDIA (R) Cuda compiler driver"
 echo "Cuda compilation tools, release {0}, V{0}.99"

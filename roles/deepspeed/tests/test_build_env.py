@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 
 def build_env(run_playbook, tmp_path, **facts):
     out = tmp_path / "env.json"

@@ -8,6 +8,8 @@ import sys
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DEB = {"os_family": "Debian", "user_id": "root"}
 RPM = {"os_family": "RedHat", "user_id": "root"}

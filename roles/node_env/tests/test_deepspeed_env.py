@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SECRET = "wandb-3f9c1e77d2-not-for-logs"
 

@@ -5,11 +5,13 @@ playbooks include them. Ansible looks an entry point's spec up by the literal ta
 import re
 from pathlib import Path
 
+import pytest
 from test_deepspeed_env import render
 
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
 def test_a_bad_value_is_refused_by_the_deepspeed_env_spec(run_playbook, tmp_path):
     proc, out = render(run_playbook, tmp_path, {}, node_env_deepspeed_env_extra=["NCCL_DEBUG"])
     assert proc.returncode != 0

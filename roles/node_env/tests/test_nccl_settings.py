@@ -10,6 +10,8 @@ import yaml
 
 from test_deepspeed_env import as_ranks_see_it, render
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 
 def errors(proc):
     return [" ".join(line.split()) for line in proc.stdout.splitlines() if line.startswith("[ERROR]")]

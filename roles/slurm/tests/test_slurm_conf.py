@@ -11,6 +11,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 
 def render(run_playbook, tmp_path, hosts, accelerator="cuda", **role_vars):
     """Render for ``hosts`` ({name: host vars}, gpu-head the head); ``role_vars`` as -e (the playbook loads the

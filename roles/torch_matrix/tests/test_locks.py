@@ -31,7 +31,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 with open(os.path.join(REPO, "roles", "torch_matrix", "defaults", "main.yml")) as _f:
     LINES = yaml.safe_load(_f)["torch_matrix_lines"]
 
-pytestmark = pytest.mark.skipif(os.environ.get("DSC_OFFLINE") == "1", reason="DSC_OFFLINE=1: no package index")
+pytestmark = [pytest.mark.slow,  # pip resolves every lock against the package index (test tiers: pytest.ini)
+              pytest.mark.skipif(os.environ.get("DSC_OFFLINE") == "1", reason="DSC_OFFLINE=1: no package index")]
 
 
 def pins_of(line):

@@ -16,6 +16,8 @@ import sys
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 DEBIAN12 = {"distribution": "Debian", "distribution_version": "12.11", "distribution_major_version": "12",

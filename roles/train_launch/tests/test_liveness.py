@@ -17,6 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
+
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modules run with the system python

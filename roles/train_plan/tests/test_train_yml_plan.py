@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parents[3]
 LOCAL = REPO / "inventory" / "local"
 VENV = Path(yaml.safe_load((LOCAL / "group_vars" / "all.yml").read_text())["venv_dir"])
 
-pytestmark = pytest.mark.skipif(not (VENV / "bin" / "deepspeed").exists(),
-                                reason=f"needs a provisioned machine ({VENV}; make provision)")
+pytestmark = [pytest.mark.slow,  # runs ansible-playbook train.yml and site.yml (test tiers: pytest.ini)
+              pytest.mark.skipif(not (VENV / "bin" / "deepspeed").exists(),
+                                 reason=f"needs a provisioned machine ({VENV}; make provision)")]
 
 
 def ansible_playbook():
