@@ -254,11 +254,21 @@ def test_check_printed_the_parity_table_and_the_allreduce_table():
     table = log.split("node", 1)[1]
     for node in nodes:
         assert re.search(rf"{re.escape(node)}\s+/opt/deepspeed-cluster/venv\s+3\.\d+\.\d+\s+2\.13\.0\+cpu", table), node
+        # the lock column: every package site.yml installed there (its dsc-lock.txt) found at its version
+        row = next(line for line in table.splitlines() if line.startswith(node + " "))
+        found, locked = (int(n) for n in row.split()[-1].split("/"))
+        assert found == locked == len(lock_of(node)), (row, lock_of(node))
     # all ranks, then each pair of the three nodes, with gloo and the stated formula
     assert "test (gloo)" in log and "busbw = algbw x 2(n-1)/n" in log
     assert re.search(rf"all ranks\s+{sum(slots.values())}\s", log)
     for a, b in (("head-1", "worker-1"), ("head-1", "worker-2"), ("worker-1", "worker-2")):
         assert re.search(rf"{a} \+ {b}\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.e+-]+\s+[\d.e+-]+\s+ok", log), (a, b)
+
+
+def lock_of(node):
+    """{name: version} of the lock python_env recorded in the node's venv (<venv_dir>/dsc-lock.txt)."""
+    text = podman_exec(node, "cat", "/opt/deepspeed-cluster/venv/dsc-lock.txt").stdout
+    return dict(line.split("==", 1) for line in text.splitlines() if line and not line.startswith("#"))
 
 
 def test_user_script_ran_on_every_node():
@@ -667,3 +677,42 @@ def test_workers_reach_each_other_over_ssh_but_not_the_head():
                     "UserKnownHostsFile=/dev/null", "-i", "/root/.ssh/id_ed25519_deepspeed_cluster", "head-1", "true",
                     check=False)
     assert r.returncode != 0 and "Permission denied" in r.stderr, r.stderr
+
+
+def test_a_node_missing_packages_of_its_lock_is_refused_before_staging_and_provisioning_restores_them(tmp_path):
+    """`pip uninstall -y tensorboard accelerate` in worker-1's venv (as an admin might): train.yml is refused by the
+    preflight before anything is staged, naming worker-1, each package (expected, found) and the fix; that fix,
+    provision.yml limited to worker-1, installs them again (worker-1 alone changed) and the preflight passes."""
+    nodes, _ = inventory()
+    lock = lock_of("worker-1")
+    assert lock == lock_of("head-1") and {"tensorboard", "accelerate"} <= set(lock), lock
+    pip = "/opt/deepspeed-cluster/venv/bin/pip"
+    podman_exec("worker-1", pip, "uninstall", "-y", "tensorboard", "accelerate")
+    try:
+        run = f"lock-{int(time.time())}"
+        r = playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", f"run_name={run}", "-e",
+                     f"train_output_dir={tmp_path}")
+        text = " ".join(r.stdout.split())
+        assert r.returncode != 0, r.stdout[-3000:]
+        assert ("host worker-1: 2 packages of its venv differ from the lock site.yml installed "
+                "(/opt/deepspeed-cluster/venv/dsc-lock.txt): accelerate (expected %s, found missing); tensorboard "
+                "(expected %s, found missing); run `ansible-playbook playbooks/provision.yml --limit worker-1` "
+                "(python_env installs the lock again)" % (lock["accelerate"], lock["tensorboard"])) in text, \
+            r.stdout[-3000:]
+        assert not re.search(r"host (head-1|worker-2): \d+ packages? of its venv", text)
+        n = len(lock)
+        assert re.search(rf"worker-1 .* {n - 2}/{n}\n", r.stdout) and re.search(rf"head-1 .* {n}/{n}\n", r.stdout)
+        assert "Copy what runs on a node" not in r.stdout and "Launch deepspeed" not in r.stdout
+        assert not (tmp_path / run).exists()
+        for node in nodes:
+            ls = podman_exec(node, "ls", "-A", f"{RUNS}/{run}", check=False).stdout.split()
+            assert "train.log" not in ls, (node, ls)
+    finally:
+        fix = playbook("playbooks/provision.yml", "--limit", "worker-1")
+    assert fix.returncode == 0, fix.stdout[-3000:]
+    assert set(recap(fix.stdout)) == {"worker-1"} and recap(fix.stdout)["worker-1"]["changed"] >= 1
+    installed = podman_exec("worker-1", pip, "list", "--format=freeze").stdout.lower()
+    assert f"accelerate=={lock['accelerate']}" in installed and f"tensorboard=={lock['tensorboard']}" in installed
+    check = playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", f"train_output_dir={tmp_path}",
+                     "--check")
+    assert check.returncode == 0 and "packages of its venv differ" not in check.stdout, check.stdout[-3000:]

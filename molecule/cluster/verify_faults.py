@@ -322,3 +322,37 @@ def test_a_slurm_node_set_down_mid_run_ends_the_job_without_a_requeue_and_keeps_
     assert steps and steps == sorted(set(steps)), steps
     for n in nodes:
         assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))
+
+
+def test_a_worker_whose_cpu_is_throttled_is_named_as_the_straggler_while_the_run_goes_on(tmp_path):
+    """worker-2's container gets 0.3 of a CPU (podman update --cpus) once the run logs its first steps: its ranks'
+    own step times grow, the follower names worker-2 as the straggler while the run goes on, and the summary and
+    metrics.json carry each node's median step time. The CPU is given back after the run."""
+    run = f"straggler-{int(time.time())}"
+    proc, log = start_playbook(run, tmp_path, "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=60", "-e",
+                               "logging_steps=4", "-e", f"run_name={run}", "-e", f"train_output_dir={tmp_path}",
+                               "-e", "train_poll_seconds=2", "-e", "save_steps=1000")
+    try:
+        wait_for(lambda: re.search(r"step \d+/60", log.read_text()), 600, "the first logged step")
+        subprocess.run(["podman", "update", "--cpus", "0.3", "dsc-worker-2"], check=True, capture_output=True)
+        proc.wait(timeout=900)
+    finally:
+        subprocess.run(["podman", "update", "--cpus", str(os.cpu_count()), "dsc-worker-2"], capture_output=True)
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    said = re.search(r"straggler: worker-2's ranks take ([\d.]+)x the median step time \(last 3 intervals", text)
+    assert said and float(said.group(1)) > 1.2, text[-4000:]
+    assert not re.search(r"straggler: (head-1|worker-1)'s", text)
+    # while the run went on: logged steps follow the line
+    assert re.search(r"step \d+/60", text[said.end():].split("Summarise the run")[0]), text[-4000:]
+    metrics = json.loads((tmp_path / run / "metrics.json").read_text())
+    medians = metrics["node_step_s"]
+    assert set(medians) == {"head-1", "worker-1", "worker-2"}, medians
+    assert medians["worker-2"] > 1.2 * max(medians["head-1"], medians["worker-1"]), medians
+    row = next(line for line in text.splitlines() if line.strip().startswith("step time"))
+    assert "worker-2" in row and "straggler: worker-2 (" in row, row
+    records = [json.loads(line) for line in (tmp_path / run / "progress.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "step_s" in r]
+    assert steps and all(sorted(r["step_s"]) == ["head-1", "worker-1", "worker-2"] for r in steps)

@@ -6,7 +6,9 @@
      "samples_per_second": 35.1, "tokens_per_second": 4492.8, "interval_s": 9.1, "elapsed_s": 61.8, "eta_s": 247.0,
      "epoch": 0.4}
 
-(the rates over the interval since the record before: train/rank/callbacks.py)
+(the rates over the interval since the record before: train/rank/callbacks.py; with several ranks also
+``"step_s": {"worker-1": [0.021, 0.020], ...}``, each node's ranks' own step time over the interval, which
+train/common/stragglers.py reads)
 
 and an event line after each checkpoint save (``{"event": "save", "step": 100, "checkpoint": "checkpoint-100",
 "elapsed_s": 150.2}``) or for a warning (``{"event": "warning", "message": "..."}``; train/rank/callbacks.py).
@@ -24,6 +26,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+from train.common.stragglers import node_medians, run_stragglers
 
 
 def format_duration(seconds: float | None) -> str:
@@ -397,8 +401,25 @@ def end_text(end: dict) -> str | None:
     return "; ".join(parts) or None
 
 
+def step_time_text(m: dict, records: list[dict], ratio: float = 1.2, last: int = 3) -> str | None:
+    """The summary's "step time" value: each node's median step time (metrics.json's ``node_step_s``, else from the
+    records) and the nodes named as stragglers during the run (train.common.stragglers.run_stragglers over the
+    records, ``ratio`` and ``last`` as the follower had them), e.g. ``"head-1 0.021 s, worker-1 0.020 s, worker-2
+    0.052 s (each node's median of its ranks' own compute per step); straggler: worker-2 (2.5x the median)"``; None
+    when the run has none (one rank)."""
+    medians = m.get("node_step_s") if isinstance(m.get("node_step_s"), dict) else node_medians(records)
+    if not medians:
+        return None
+    text = (", ".join(f"{node} {seconds:.3g} s" for node, seconds in medians.items())
+            + " (each node's median of its ranks' own compute per step)")
+    named = run_stragglers(records, ratio, last)
+    if named:
+        text += "; straggler: " + ", ".join(f"{node} ({times:.1f}x the median)" for node, times in named.items())
+    return text
+
+
 def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
-                  end: dict | None = None) -> list[str]:
+                  end: dict | None = None, straggler: dict | None = None) -> list[str]:
     """The end-of-run summary table of a run's results on the controller, as aligned lines.
 
     Args:
@@ -408,6 +429,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
             metrics.json (a script without an HF Trainer, or ranks that ended early) is not called finished.
         end: {ranks_s, results_s}: seconds from the last step's record to the ranks' exit, and to bring the
             results back (:func:`end_text`); the row is left out when neither is known.
+        straggler: {ratio, intervals}, the follower's (train_straggler_ratio, train_straggler_intervals): the
+            "step time" row names the nodes it would have named (:func:`step_time_text`); default 1.2 and 3.
 
     Reads what is there, never assumes it: metrics.json (steps, world size, losses, samples/s, wall time; without
     it the last logged step of progress.jsonl), the ``checkpoint-*`` directories, ``runs/`` (TensorBoard event
@@ -445,6 +468,10 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
     rows.append(("loss", f"{_fmt(first_loss, 4)} -> {_fmt(last_loss, 4)} (first -> last logged step)"))
     rows.append(("samples/s", _rate_text(steady, m, sps, last)))
     rows.append(("wall time", format_duration(wall) if isinstance(wall, (int, float)) else "-"))
+    knobs = straggler or {}
+    step_time = step_time_text(m, steps_rec, float(knobs.get("ratio", 1.2)), int(knobs.get("intervals", 3)))
+    if step_time:
+        rows.append(("step time", step_time))
     ending = end_text(end or {})
     if ending:
         rows.append(("end of run", ending))

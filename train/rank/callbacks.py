@@ -7,7 +7,9 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
   interval since the record before -- or since training began, for the first record of a run or of a resumed
   attempt --, interval_s its length; tokens_per_second null when the tokens per sample are not known, as in a
   user's script; eta_s = steps left x mean step time of this attempt, its first step -- which includes DeepSpeed's
-  and the dataloader's warm-up -- left out of the mean once there are others)
+  and the dataloader's warm-up -- left out of the mean once there are others); with more than one rank also
+  "step_s": {host: [the step time of each of its ranks]} (:class:`StepTimer`: a rank's own compute per optimizer step
+  over the interval, which the follower compares to name a straggler: train.controller.progress.stragglers)
   The last step is always logged, whether or not it is a multiple of logging_steps. Events come on lines of their
   own, told apart by their "event" key: {"event": "save", "step", "checkpoint", "elapsed_s", "save_s",
   "size_bytes"} after each checkpoint save (``checkpoint-<step>`` in the output directory; save_s the seconds the
@@ -75,6 +77,81 @@ def usable_report_to(report_to, rank: int = 0) -> list[str]:
     return names
 
 
+class StepTimer:
+    """A rank's own step time: the seconds its model's forward passes take per optimizer step, timed on the rank.
+
+    Not the step's wall time, which every rank shares: data parallelism waits for the slowest rank in the gradient
+    reduction (inside backward) and the parameter all-gather (after the optimizer step), so a fast rank's step lasts
+    as long as a slow one's. The forward pass holds no collective under ZeRO 0-2 (ZeRO-3 gathers parameters in it)
+    and is a fixed share of a step's computation, so the ratio of two ranks' forward times is the ratio of their
+    compute speed -- what differs on a slow node (a throttled CPU or GPU, a busy host). CPU: wall time of the
+    forward call (time.perf_counter). GPU: CUDA events recorded around it, read at the next logging step, whose
+    loss the Trainer has already synchronised (no extra synchronisation inside a step). Micro-batches of gradient
+    accumulation add up; forward passes outside a training step (evaluation) are not counted.
+
+    ``attach(model, cuda)`` registers the hooks (outside torch.compile's graphs: torch.compiler.disable);
+    ``step_begin()`` / ``step_end()`` bracket each optimizer step; ``take()`` returns the mean seconds per step
+    since the last take (None when no step was timed) and starts over.
+    """
+
+    def __init__(self):
+        self.cuda = False
+        self._in_step = False
+        self._start = None
+        self._cpu_s = 0.0
+        self._events: list = []  # (start, end) CUDA event pairs of this interval
+        self._steps = 0
+        self._handles: list = []
+
+    def attach(self, model, cuda: bool) -> None:
+        import torch
+
+        self.cuda = bool(cuda)
+        disable = getattr(getattr(torch, "compiler", None), "disable", None) or (lambda fn: fn)
+        self._handles = [model.register_forward_pre_hook(disable(self._before)),
+                         model.register_forward_hook(disable(self._after))]
+
+    def _before(self, module, inputs):
+        if not self._in_step:
+            return
+        if self.cuda:
+            import torch
+
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def _after(self, module, inputs, output):
+        if not self._in_step or self._start is None:
+            return
+        if self.cuda:
+            import torch
+
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+        else:
+            self._cpu_s += time.perf_counter() - self._start
+        self._start = None
+
+    def step_begin(self) -> None:
+        self._in_step = True
+
+    def step_end(self) -> None:
+        self._in_step = False
+        self._steps += 1
+
+    def take(self) -> float | None:
+        seconds = self._cpu_s
+        if self._events:
+            self._events[-1][1].synchronize()
+            seconds += sum(start.elapsed_time(end) for start, end in self._events) / 1e3  # ms -> s
+        steps = self._steps
+        self._cpu_s, self._events, self._steps = 0.0, [], 0
+        return round(seconds / steps, 6) if steps and seconds > 0 else None
+
+
 class ProgressCallback(TrainerCallback):
     """Writes progress.jsonl on the world's process zero; keeps the records for metrics and the loss curve.
 
@@ -101,9 +178,13 @@ class ProgressCallback(TrainerCallback):
         self._t0: float | None = None
         self._t_first_step: float | None = None
         self._mark: float | None = None  # the last step end or log: a save follows one of them
+        self.timer: StepTimer | None = None  # with more than one rank: each rank's own step time
 
     # -- timing
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.timer is None and model is not None and args.world_size > 1:
+            self.timer = StepTimer()
+            self.timer.attach(model, getattr(args.device, "type", "") == "cuda")
         self._t0 = time.monotonic()
         self.start_step = state.global_step
         self._last = (state.global_step, self._t0)
@@ -118,7 +199,13 @@ class ProgressCallback(TrainerCallback):
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.timer is not None:
+            self.timer.step_begin()
+
     def on_step_end(self, args, state, control, **kwargs):
+        if self.timer is not None:
+            self.timer.step_end()
         self._mark = time.monotonic()
         if self._t_first_step is None:
             self._t_first_step = self._mark
@@ -145,8 +232,27 @@ class ProgressCallback(TrainerCallback):
         return round(sps, 3), (round(tps, 1) if tps is not None else None), round(seconds, 3)
 
     # -- records
+    def _step_times(self) -> dict | None:
+        """Every rank's step time of the interval, {host: [seconds of each of its ranks, in rank order]} (rank 0),
+        or None without a timer or when a rank timed no step. A collective: every rank calls it at the same
+        logging step."""
+        if self.timer is None:
+            return None
+        mine = (rank_info().host, self.timer.take())
+        every = gather_objects(mine)
+        if any(seconds is None for _, seconds in every):
+            return None
+        out: dict[str, list[float]] = {}
+        for host, seconds in every:
+            out.setdefault(str(host), []).append(seconds)
+        return out
+
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not logs:
+            return
+        # every rank logs the same steps (the Trainer gathers the loss for them): gather their step times first
+        step_times = self._step_times() if "loss" in logs else None
+        if not state.is_world_process_zero:
             return
         if "loss" not in logs:
             self.summary.update({k: v for k, v in logs.items() if isinstance(v, (int, float))})
@@ -169,6 +275,8 @@ class ProgressCallback(TrainerCallback):
             "eta_s": round(self._eta(step, state.max_steps, now), 1),
             "epoch": finite_number(logs.get("epoch", state.epoch)),
         }
+        if step_times:
+            record["step_s"] = step_times
         self.records.append(record)
         self._write(record)
         self._mark = time.monotonic()

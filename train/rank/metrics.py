@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from train.common.stragglers import node_medians
 from train.rank.bootstrap import JOB_FILE_ENV, RUN_NAME_ENV, rank_info
 
 
@@ -29,7 +30,7 @@ METRICS_KEYS = (
     "run_name", "model", "model_size", "job_file", "mode", "script", "model_type", "task",
     "world_size", "trainer_world_size", "ranks", "steps", "max_steps", "first_loss", "last_loss", "train_loss",
     "train_samples_per_second", "steady_samples_per_second", "steady_tokens_per_second", "steady_steps", "steady_mfu",
-    "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
+    "node_step_s", "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
     "gradient_accumulation_steps", "block_length", "dataset_blocks", "vocab_size", "vocab_size_requested",
     "n_parameters", "model_uses_num_items_in_batch", "eval", "eval_loss", "perplexity", "deepspeed_config",
     "source_fingerprint", "versions",
@@ -174,6 +175,8 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         or (round(progress.global_batch_size * (steps - progress.start_step) / elapsed, 3) if elapsed else None),
         **steady,
         "steady_mfu": None,
+        # each node's median step time (its ranks' own compute per step: train/common/stragglers.py); null on one rank
+        "node_step_s": node_medians(records) or None,
         "train_runtime_s": finite_number(summary.get("train_runtime")),
         "wall_time_s": round(time.monotonic() - rank_info().started, 2),
         "global_batch_size": progress.global_batch_size,

@@ -31,6 +31,10 @@ Options:
     ``first_step_s`` from the launch before the first record) fails the run after every rank's Python stack is
     captured into its log, naming the ranks not where the others are (:class:`HangWatch`; the stacks need the
     liveness check's nodes).
+  straggler: ``{"ratio", "intervals"}`` or omitted/null: a node whose ranks' median step time (each rank's own, in the
+    progress records' ``step_s``) is above ``ratio`` x the median rank's in each of the last ``intervals`` records is
+    named once, ``straggler: worker-2's ranks take 1.8x the median step time (last 3 intervals; ...)``
+    (train.common.stragglers), and again if it becomes one again after keeping up.
   checkpoint: the step of the checkpoint the run resumed from (-e resume=), or omitted: the progress lines name it as
     the last checkpoint until the run saves a new one.
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
@@ -66,7 +70,7 @@ the hang watchdog's bound, or when the liveness check takes a node for dead (the
 roles/train_launch/tasks/stop.yml).
 
 The poll loop (``ActionModule.run``) only orders its parts, each a class or function of its own that reads and updates
-the follower's :class:`Run`: :class:`Progress` (the files' new bytes, the lines printed), the liveness check
+the follower's :class:`Run`: :class:`Progress` (the files' new bytes, the lines printed), :class:`Stragglers`, the liveness check
 (:class:`Liveness`, :class:`Rendezvous`), :class:`SlurmState`, the grace after a node failed (:func:`grace_failure`)
 the end bound (:func:`end_bound_failure`) and the hang watchdog (:class:`HangWatch`). A part that gives up on the run returns a :class:`Failure`; a new
 bound on a run that has not ended is one more such function in the loop's chain.
@@ -91,6 +95,7 @@ from train.controller.progress import (SCONTROL_JOBS_ARGS, SLURM_ENDED, SQUEUE_A
                                        sacct_args, sinfo_nodes_args, slurm_exit_status, slurm_job_id,
                                        slurm_job_line, slurm_nodes_in_trouble, slurm_nodes_text, slurm_record,
                                        slurm_requeue_text)
+from train.common.stragglers import node_step_times, straggler_line, stragglers  # noqa: E402
 from train.node.rank_status import late_to_join, trouble  # noqa: E402
 from train.node.watchdog import hang_bound  # noqa: E402
 
@@ -111,6 +116,7 @@ _ARGSPEC = {
     "rendezvous": {"type": "dict", "default": None},
     "end_within_s": {"type": "float", "default": 0.0},
     "hang": {"type": "dict", "default": None},
+    "straggler": {"type": "dict", "default": None},
 }
 
 # seconds the head's sbatch --wait is given, after squeue no longer lists the job, to see its end and exit (Slurm's
@@ -356,6 +362,34 @@ class Progress:
             display.display(f"  still running, waiting for {what} ({format_duration(now - run.started)} so far; "
                             f"log: {self.log_file})")
         run.last_news = now
+
+
+class Stragglers:
+    """The straggler part: each progress record's step times per node (train.common.stragglers.node_step_times); a
+    node slower than ``ratio`` x the median rank in each of the last ``intervals`` records is named once, and again
+    only after it kept up in between."""
+
+    def __init__(self, spec: dict):
+        self.ratio, self.last = float(spec.get("ratio") or 0), int(spec.get("intervals") or 0)
+        self.intervals: list = []
+        self.named: set[str] = set()
+
+    def note(self, records: list[dict]) -> list[str]:
+        """Take in the new records; the lines printed (one per node newly named)."""
+        lines = []
+        for record in records:
+            times = node_step_times(record) if not is_event(record) else None
+            if times is None:
+                continue
+            self.intervals = (self.intervals + [times])[-max(1, self.last):]
+            slow = dict(stragglers(self.intervals, self.ratio, self.last))
+            for node, ratio in slow.items():
+                if node not in self.named:
+                    lines.append(straggler_line(node, ratio, self.last))
+            self.named = set(slow)
+        for line in lines:
+            display.display(f"  {line}")
+        return lines
 
 
 class Rendezvous:
@@ -604,6 +638,7 @@ class ActionModule(AsyncFollowAction):
                       if live is not None and (args["rendezvous"] or {}).get("within_s") else None)
         slurm = SlurmState(args["slurm_job"], args["attach"], self._run_on_head) if args["slurm_job"] else None
         hang = HangWatch(args["hang"], args["liveness"], self._run_on_head) if args["hang"] else None
+        slow = Stragglers(args["straggler"]) if args["straggler"] else None
         next_poll = run.started
 
         while True:
@@ -628,6 +663,8 @@ class ActionModule(AsyncFollowAction):
             progress.show(run, records)
             if hang is not None:
                 hang.note(records)
+            if slow is not None:
+                slow.note(records)
             if run.finished:
                 break
             now = time.monotonic()

@@ -15,11 +15,12 @@ if _REPO not in sys.path:
 from train.controller.progress import summary_lines  # noqa: E402
 
 
-def run_summary(out_dir, run_name="", failed=False, end=None):
+def run_summary(out_dir, run_name="", failed=False, end=None, straggler=None):
     """The end-of-run table of ``out_dir`` (a directory on the controller) as a list of aligned lines: see
     train.controller.progress.summary_lines (steps, loss first -> last, samples/s, the end of the run, checkpoints
-    kept, where everything is). ``end``: {ranks_s, results_s} (seconds; None or "" when unknown)."""
-    return summary_lines(str(out_dir), str(run_name or ""), bool(failed), end or {})
+    kept, where everything is). ``end``: {ranks_s, results_s} (seconds; None or "" when unknown); ``straggler``:
+    {ratio, intervals} (train_straggler_ratio, train_straggler_intervals) for the "step time" row."""
+    return summary_lines(str(out_dir), str(run_name or ""), bool(failed), end or {}, straggler or {})
 
 
 class FilterModule:
