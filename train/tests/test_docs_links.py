@@ -293,3 +293,34 @@ def test_a_missing_path_or_module_is_found(tmp_path):
         "roles/b/tasks/main.yml does not exist", "molecule/base.yml does not exist", "no module train.rank." + "runtime in train/",
         "train.rank.patches has no gone", "no module patches of train/ defines gone"], problems
     assert [p.split(":")[1] for p in problems] == ["2", "3", "4", "5", "6"]
+
+
+def test_the_layout_names_every_module_of_train():
+    """architecture.md's Layout lists each package of train/ on lines of its own (``  <package>/  ...``, and the
+    lines under it): every module file of the package is named there, and every file named there exists."""
+    page = (REPO / "docs" / "developers" / "architecture.md").read_text(encoding="utf-8")
+    block = page[page.index("\n## Layout\n"):]
+    block = block[block.index("```"):block.index("```", block.index("```") + 3)]
+    named, package = {}, None
+    for line in block.splitlines():
+        head = re.match(r"^  (\w+)/\s", line)
+        if head:
+            package = head.group(1)
+        elif not line.startswith("   ") or not line.strip():
+            package = None
+        if package:
+            named.setdefault(package, set()).update(re.findall(r"\b(\w+)\.py\b", line))
+    assert {"common", "controller", "data", "node", "rank", "tools"} <= set(named), sorted(named)
+    for package, names in named.items():
+        files = {p.stem for p in (REPO / "train" / package).glob("*.py")} - {"__init__"}
+        assert files - names == set(), f"architecture.md's Layout does not name train/{package}/: {sorted(files - names)}"
+        assert names - files == set(), f"architecture.md's Layout names what train/{package}/ lacks: {sorted(names - files)}"
+
+
+def test_the_layout_links_every_role():
+    """architecture.md's table of the roles links every folder of roles/ (and only those)."""
+    page = (REPO / "docs" / "developers" / "architecture.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(\.\./\.\./roles/(\w+)/\)", page[page.index("\n## Layout\n"):]))
+    roles = {p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir()}
+    assert roles - linked == set(), f"architecture.md's Layout does not link roles {sorted(roles - linked)}"
+    assert len(linked) >= 10
