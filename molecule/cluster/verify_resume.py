@@ -44,7 +44,7 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
     rank = sum(slots[n] for n in nodes[: nodes.index(node)])
     run = f"resume-{int(time.time())}"
     proc, log = faults.start_run(run, tmp_path, "-e", "save_steps=10", "-e", "logging_steps=5",
-                                 "-e", "warmup_steps=2")
+                                 "-e", "warmup_steps=2", "-e", "max_restarts=0")  # today's way: a person resumes
     try:
         # the head gathered every node's part of a checkpoint (step 20 or later) while the run went on; the run
         # saves every ~5 s and keeps 2 checkpoints, so each lives ~10 s on its nodes
@@ -66,6 +66,7 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
     assert proc.returncode != 0 and took < 60, (took, text[-3000:])
     assert f"Failed node: {node}, rank {rank} (killed: no exit recorded, pid {status['pid']})" in text, text[-3000:]
     assert f"Every process of the run was stopped on {', '.join(nodes)} (none is left)" in text, text[-3000:]
+    assert "restarts are off (max_restarts=0)" in text, text[-3000:]
     for n in nodes:
         assert cluster.processes_of(n, run) == [], (n, cluster.processes_of(n, run))
     out = tmp_path / run
@@ -148,6 +149,80 @@ def test_a_run_killed_on_a_worker_resumes_from_its_newest_complete_checkpoint(tm
                                "-e", f"train_output_dir={tmp_path}")
     assert refused.returncode != 0 and f"model gpt2 is not run {run}'s model bert" in refused.stdout, \
         refused.stdout[-2000:]
+
+
+def test_a_worker_stopped_mid_run_is_left_out_and_the_run_goes_on_by_itself_on_the_others(tmp_path):
+    """The restart policy's defaults: worker-2's container stopped (`podman stop -t 0`: its processes killed, its
+    address gone) once the head holds a complete checkpoint of step 20 or later. The same train.yml ends with exit
+    0: the liveness check took worker-2 for dead, the run was stopped on the others, and it went on by itself from
+    its newest complete checkpoint on head-1 and worker-1 (world size 3 -> 2, the global batch 48 kept through
+    DeepSpeed's universal checkpoint), the loss going on where it was; the fault, the seconds to notice it and to
+    train again, and the steps lost are in the summary, metrics.json and progress.jsonl."""
+    nodes, slots = cluster.inventory()
+    node = "worker-2"
+    others = [n for n in nodes if n != node]
+    world, fewer = sum(slots.values()), sum(slots[n] for n in others)
+    run = f"restart-{int(time.time())}"
+    until = 90
+    proc, log = faults.start_run(run, tmp_path, "-e", f"max_steps={until}", "-e", "save_steps=10",
+                                 "-e", "logging_steps=5", "-e", "warmup_steps=2",
+                                 "-e", "gradient_accumulation_steps=2")  # global batch 8 x 2 x 3: kept on 2 ranks
+    stopped = False
+    try:
+        try:
+            faults.wait_for(lambda: any(s >= 20 for s in head_complete_steps(run)) or proc.poll() is not None, 300,
+                            "a complete checkpoint of step 20 or later on the head")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log.read_text()[-1500:]}\nhead's train.log:\n{head_log(run)}") from None
+        assert proc.poll() is None, log.read_text()[-3000:]
+        subprocess.run(["podman", "stop", "-t", "0", f"dsc-{node}"], check=True, capture_output=True, text=True)
+        stopped = True
+        t0 = time.monotonic()
+        faults.wait_for(lambda: "restart 1 of 3" in log.read_text() or proc.poll() is not None, 120,
+                        "the restart's progress line")
+        noticed = time.monotonic() - t0
+        took = faults.seconds_to_exit(proc, 900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if stopped:
+            faults.bring_back(node, "stop")
+    text = " ".join(log.read_text().split())
+    print(f"restart line {noticed:.0f} s after {node} was stopped; train.yml ended {took:.0f} s after that")
+    assert proc.returncode == 0, text[-4000:]
+    said = re.search(rf"fault: {node} did not answer \((\d+) checks in (\d+) s\) — restart 1 of 3 from "
+                     rf"checkpoint-(\d+) on {', '.join(others)} \(world size {world} -> {fewer}\); {node} left out",
+                     text)
+    assert said, text[-4000:]
+    step = int(said.group(3))
+    assert step >= 20 and f"resuming run {run} from step {step}" in text, text[-4000:]
+    assert f"world size {world} -> {fewer}: the global batch 48 is kept (accumulation 2 -> 3)" in text, text[-4000:]
+    out = tmp_path / run
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["steps"] == until and m["world_size"] == fewer and m["global_batch_size"] == 48, m
+    [a] = m["attempts"]
+    assert (a["fault"]["kind"], a["fault"]["node"], a["checkpoint_step"]) == ("node_lost", node, step), a
+    assert a["next_nodes"] == others and 0 < a["detect_s"] < 60 and 0 < a["recover_s"] < 600, a
+    assert a["steps_lost"] == a["fault"]["step"] - step >= 0, a
+    print(f"fault -> noticed {a['detect_s']:.0f} s, noticed -> training again {a['recover_s']:.0f} s, "
+          f"{a['steps_lost']} steps lost")
+    assert re.search(rf"fault 1 node_lost of {node} at step \d+; noticed in \d+ s, training again \d+ s later; "
+                     rf"from checkpoint-{step}", text), text[-4000:]
+    events = [r for r in progress(out / "progress.jsonl") if "event" in r]
+    assert [e["event"] for e in events if e["event"] in ("restart", "recovered")] == ["restart", "recovered"], events
+    # the ranks loaded the universal checkpoint the head converted, and the loss went on where it was
+    assert "loaded universal zero checkpoints" in (out / "train.log").read_text()
+    before = [r for r in progress(out / "attempt-1" / "progress.jsonl") if "loss" in r]
+    after = [r for r in progress(out / "progress.jsonl") if "loss" in r]
+    at = [r for r in before if r["step"] == step]
+    assert after[0]["step"] == step + 5 and after[-1]["step"] == until, [r["step"] for r in after]
+    if at:
+        assert abs(after[0]["loss"] - at[-1]["loss"]) < 0.6, (at[-1], after[0])
+    assert after[0]["loss"] < before[0]["loss"] - 1.0, (before[0], after[0])
+    final = out / f"checkpoint-{until}"
+    assert checkpoints.verify(final) == [] and checkpoints.marker(final)["world_size"] == fewer
+    for n in others:
+        assert cluster.processes_of(n, run) == [], n
 
 
 def test_checkpoints_the_head_cannot_gather_fail_the_run_and_attach_brings_them_back(tmp_path):

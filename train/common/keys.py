@@ -273,6 +273,11 @@ KEYS: tuple[Key, ...] = (
         nullable=True, script=True),
     Key("report_to", "str", "tensorboard: event files in <output_dir>/runs/", ("trainer",), default="tensorboard",
         choices=("tensorboard", "none")),
+    # ---- the restart policy (train/controller/restart.py; docs/checkpoints-and-failures.md, "Restarts")
+    Key("max_restarts", "int", "restarts a failed run makes by itself from its newest complete checkpoint; 0: none",
+        ("plan",), default=PRESET, low=0, script=True, fix="set max_restarts to 0 (no restart) or more"),
+    Key("min_nodes", "int", "the fewest nodes a restart goes on with", ("plan",), default=PRESET, low=1, script=True,
+        fix="set min_nodes to 1 or more"),
 )
 
 BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}

@@ -39,7 +39,8 @@ RUN_SCRIPT = ["--module", "train.rank.run_script"]
 # Job keys a user script starts from (script mode): what the CPU and GPU paths ran before the presets' GPU defaults.
 # Job keys -e may change when a run is resumed (-e resume=): how long it goes on and how it logs and saves. Any other
 # key differing from the run's job.json is refused (another model, data or batch is another run).
-RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_limit", "dataloader_num_workers")
+RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_limit", "dataloader_num_workers",
+                     "max_restarts", "min_nodes")
 # Job keys added after runs were made, each with the value the code before it ran: a resumed run whose job.json
 # lacks one keeps that value (its checkpoint's shapes and partitioning), not today's `auto` -- a vocabulary padded
 # now would not load a checkpoint of the unpadded one.
@@ -177,7 +178,51 @@ def resume_source(output_root: str, resume: str) -> dict:
                         "a run saves one every save_steps steps; start a new run, or resume another")
     rec = checkpoints.marker(ckpt)
     return {"run": out_dir.name, "out_dir": str(out_dir), "job": json.loads((out_dir / "job.json").read_text()),
-            "checkpoint": str(ckpt), "step": int(rec["step"]), "world_size": int(rec["world_size"])}
+            "checkpoint": str(ckpt), "step": int(rec["step"]), "world_size": int(rec["world_size"]),
+            "zero_stage": rec.get("zero_stage"),
+            "optimizer_shards": any(checkpoints.RANK_SHARD.search(Path(f).name) for f in rec.get("files", {}))}
+
+
+def resize(source: dict, world_size: int) -> dict | None:
+    """How a run resumed on another world size keeps its global batch (samples per optimizer step).
+
+    The global batch of the checkpoint's run is micro x accumulation x its world size (its job.json and the
+    checkpoint's marker); on ``world_size`` ranks the micro batch stays and the gradient accumulation steps become
+    global / (micro x world_size), which must be a whole number >= 1. Its optimizer state goes through DeepSpeed's
+    universal checkpoint when ZeRO (stage >= 1, or DeepSpeed's bf16 optimizer at stage 0) split it over the ranks;
+    a ZeRO-0 checkpoint of a client or DeepSpeed optimizer holds it whole (rank 0's model states) and loads as it is.
+
+    Args:
+        source: resume_source's result.
+        world_size: ranks of the cluster it resumes on.
+
+    Returns:
+        None when the world size is the checkpoint's; else {"from_world_size", "world_size", "global_batch",
+        "micro", "accumulation" (the new one), "from_accumulation", "universal": bool}.
+
+    Raises:
+        PlanError: the global batch cannot be kept on ``world_size`` ranks (the numbers, and the world sizes that
+        keep it, are named).
+    """
+    old_world = int(source["world_size"])
+    if int(world_size) == old_world:
+        return None
+    job = source["job"]
+    micro, accum = int(job["per_device_train_batch_size"]), int(job["gradient_accumulation_steps"])
+    glob = micro * accum * old_world
+    if glob % (micro * int(world_size)):
+        fits = [w for w in range(1, glob // micro + 1) if (glob // micro) % w == 0]
+        raise PlanError(f"run {source['run']}'s global batch {glob} (micro batch {micro} x accumulation {accum} x "
+                        f"world size {old_world}) cannot be kept on world size {world_size}: {glob} is not micro "
+                        f"batch {micro} x {world_size} ranks x a whole number of accumulation steps",
+                        f"-e resume={source['run']}",
+                        f"resume on a world size that divides {glob // micro} ({', '.join(map(str, fits))} ranks), "
+                        "or start a new run")
+    stage = source.get("zero_stage")
+    stage = int(stage) if stage is not None else int(job.get("zero_stage") or 0)
+    return {"from_world_size": old_world, "world_size": int(world_size), "global_batch": glob, "micro": micro,
+            "accumulation": glob // (micro * int(world_size)), "from_accumulation": accum,
+            "universal": stage >= 1 or bool(source.get("optimizer_shards"))}
 
 
 def _same_value(key: str, given, recorded) -> bool:
@@ -308,6 +353,8 @@ class Resumed:
     step: int  # the checkpoint's global step
     checkpoint: str  # its directory on the controller
     node_checkpoint: str  # where it is staged on every node (--resume_from_checkpoint)
+    resize: dict | None = None  # on another world size: resize()'s answer (the global batch kept)
+    universal: bool = False  # the head converts it into DeepSpeed's universal checkpoint (resize()["universal"])
 
 
 @dataclass(frozen=True)
@@ -351,6 +398,8 @@ class Plan:
     resume: Resumed | None
     memory: str | None  # the memory plan's line (train.controller.memory), or None
     checkpoints: Checkpoints | None  # preset runs only
+    restart: dict  # the restart policy: the job's {"max_restarts", "min_nodes"} (train/controller/restart.py)
+    attempts: list  # a restarted run's faults so far (-e train_restart; its run directory's attempts.json)
     summary: list[str] = field(default_factory=list)  # the lines train.yml shows (summary())
 
     def __post_init__(self):
@@ -474,13 +523,8 @@ def _job_and_config(got: _Inputs, script: str | None, shape: dict, gpu_memory_by
 
 def _paths(run: str, data_key: str, source: dict | None, shape: dict, node: dict, output_root: str,
            script_data: str | None, resume: str | None) -> Paths:
-    """Step 4: the run's paths (its output directory is the run's own: PlanError when it exists, unless resumed,
-    or when a resumed run's world size changed)."""
+    """Step 4: the run's paths (its output directory is the run's own: PlanError when it exists, unless resumed)."""
     out_dir = str(Path(output_root) / run)
-    if source is not None and int(shape["world_size"]) != source["world_size"]:
-        raise PlanError(f"run {run}'s checkpoint {Path(source['checkpoint']).name} holds {source['world_size']} ranks' "
-                        f"states, this cluster has world size {shape['world_size']}", f"-e resume={resume}",
-                        f"resume on the same nodes and slots ({source['world_size']} ranks), or start a new run")
     if os.path.lexists(out_dir) and source is None:
         raise PlanError(f"{out_dir} already exists", f"run_name {run}",
                         "pick another -e run_name=... or move the old run away; results are never overwritten")
@@ -492,8 +536,9 @@ def _paths(run: str, data_key: str, source: dict | None, shape: dict, node: dict
                  output=f"{run_dir}/output", hostfile=f"{run_dir}/hostfile", log="")
 
 
-def _entry_and_argv(job: dict, got: _Inputs, script: str | None, paths: Paths):
-    """Step 5: what the launcher starts on every rank: (entry, argv, the ranks' output_dir, Resumed or None)."""
+def _entry_and_argv(job: dict, got: _Inputs, script: str | None, paths: Paths, resized: dict | None = None):
+    """Step 5: what the launcher starts on every rank: (entry, argv, the ranks' output_dir, Resumed or None); a
+    script resumed on another world size gets the accumulation steps that keep its global batch (``resized``)."""
     ds_path = f"{paths.run_dir}/ds_config.json"
     if script is None:
         entry = list(PRESET_ENTRY)
@@ -511,7 +556,10 @@ def _entry_and_argv(job: dict, got: _Inputs, script: str | None, paths: Paths):
     if got.source is not None:
         name = Path(got.source["checkpoint"]).name
         resumed = Resumed(run=job["run_name"], step=got.source["step"], checkpoint=got.source["checkpoint"],
-                          node_checkpoint=f"{output}/{name}")
+                          node_checkpoint=f"{output}/{name}", resize=resized,
+                          universal=bool(resized and resized["universal"]))
+        if resized is not None and script is not None:  # the script's own argument gives way (argparse: last wins)
+            argv = [*argv, "--gradient_accumulation_steps", str(resized["accumulation"])]
         argv = [*argv, "--resume_from_checkpoint", resumed.node_checkpoint]
     return entry, argv, output, resumed
 
@@ -528,7 +576,7 @@ def _checkpoint_sizes(job: dict, ranks: dict, head: str, script: str | None) -> 
 def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_root: str, templates_dir: str,
           launcher: str = "pdsh", master_port=29500, script: str | None = None, script_args_value=None,
           script_data: str | None = None, resume: str | None = None, gpu_memory_bytes: int | None = None,
-          host_memory_bytes: int | None = None, now=None) -> Plan:
+          host_memory_bytes: int | None = None, restart_state=None, now=None) -> Plan:
     """Plan one run. Writes nothing; reads the controller's file system (script, output_root) only.
 
     The steps, in order: the launcher and port (_check_launcher), the job's inputs (_inputs: resume, script), the
@@ -551,12 +599,16 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         script_args_value: the script's arguments (list, or one shell-quoted string).
         script_data: a directory on the head (train_plan refuses a file) staged to every node as ``{data}``.
         resume: ``-e resume=``: a run name or ``latest`` (resume_source); the run goes on from its newest complete
-            checkpoint in its own results directory, same job (RESUME_MAY_CHANGE aside) and world size.
+            checkpoint in its own results directory, same job (RESUME_MAY_CHANGE aside) and global batch; on
+            another world size the accumulation steps follow it (resize) and a ZeRO checkpoint loads through
+            DeepSpeed's universal checkpoint (``"checkpoint": {"load_universal": true}`` in ds_config).
         gpu_memory_bytes: memory of the smallest GPU of the run's nodes (cuda), or None: a preset run's ZeRO stage,
             offload, activation checkpointing and micro batch left ``auto`` are then chosen to fit it
             (train.controller.memory), and the summary shows the estimate.
         host_memory_bytes: memory of the smallest node (cuda), or None: bounds the optimizer offload the plan may
             choose.
+        restart_state: ``-e train_restart`` of a restart (train.controller.restart.decide's state), or None: its
+            faults become the plan's ``attempts`` (the run directory's attempts.json).
         now: aware datetime for default run names (tests).
 
     Returns:
@@ -572,11 +624,20 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
     if script is not None:
         script = str(script)
     got = _inputs(overrides, accelerator, output_root, script, script_args_value, script_data, resume, now)
+    resized = resize(got.source, int(shape["world_size"])) if got.source is not None else None
+    if resized is not None:  # the global batch stays: the accumulation steps follow the world size
+        got.overrides["gradient_accumulation_steps"] = resized["accumulation"]
+        if isinstance(got.overrides.get("train_batch_size"), int):
+            got.overrides["train_batch_size"] = resized["global_batch"]
     job, data_key, estimate, ds_config, ds_text, ds_source = _job_and_config(
         got, script, shape, gpu_memory_bytes, host_memory_bytes, now, templates_dir)
+    if resized is not None and resized["universal"]:
+        # the engine loads the checkpoint's universal tag (latest_universal), which the head converts at staging
+        ds_config = {**ds_config, "checkpoint": {**(ds_config.get("checkpoint") or {}), "load_universal": True}}
+        ds_text = None if ds_text is None else _json_text(ds_config)
     run = job["run_name"]
     paths = _paths(run, data_key, got.source, shape, node, output_root, script_data, resume)
-    entry, argv, output, resumed = _entry_and_argv(job, got, script, paths)
+    entry, argv, output, resumed = _entry_and_argv(job, got, script, paths, resized)
 
     nodes = list(shape["nodes"])
     head = nodes[0]
@@ -603,7 +664,9 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
         single_node=bool(shape["single_node"]), launcher=launcher, paths=replace(paths, log=logs[head]),
         entry=entry, argv=argv, script=script_info, script_data=script_data, launch=commands, logs=logs,
         zero_stage=stage, resume=resumed, memory=estimate.line() if estimate is not None else None,
-        checkpoints=_checkpoint_sizes(job, ranks, head, script))
+        checkpoints=_checkpoint_sizes(job, ranks, head, script),
+        restart={"max_restarts": job["max_restarts"], "min_nodes": job["min_nodes"]},
+        attempts=list((restart_state or {}).get("faults") or []))
     return replace(plan, summary=summary(plan))
 
 
@@ -646,6 +709,18 @@ def summary(plan: Plan) -> list[str]:
         r = plan.resume
         lines.append(f"resuming run {r.run} from step {r.step}: {r.checkpoint} is staged to every node as "
                      f"{r.node_checkpoint}")
+        z = r.resize
+        if z:
+            how = ("its ZeRO optimizer state through DeepSpeed's universal checkpoint, converted once on "
+                   f"{plan.head} beside it" if z["universal"] else "its optimizer state whole (ZeRO-0)")
+            lines.append(f"world size {z['from_world_size']} -> {z['world_size']}: the global batch "
+                         f"{z['global_batch']} is kept (accumulation {z['from_accumulation']} -> {z['accumulation']}); "
+                         f"{how}")
+    p = plan.restart
+    lines.append(f"restarts: up to {p['max_restarts']} by itself from the newest complete checkpoint on a fault "
+                 f"(-e max_restarts), on the nodes that answer, down to {p['min_nodes']} "
+                 f"node{'s' if p['min_nodes'] != 1 else ''} (-e min_nodes)" if p["max_restarts"] else
+                 "restarts: off (-e max_restarts=0): a fault stops the run")
     lines.append(f"launch on {plan.head}: {' '.join(plan.launch[plan.head])}")
     lines.append(f"results will come back to {plan.paths.out_dir}")
     return lines

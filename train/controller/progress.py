@@ -113,7 +113,9 @@ def last_checkpoint(records: list[dict], previous: int | None = None) -> int | N
 def format_event(record: dict) -> str | None:
     """One line for an event of progress.jsonl: ``"saved checkpoint-100 (step 100; 1.20 GB on the head, in 3.4 s)"``
     (the size and time where the event has them), ``"warning: ..."``, ``"stopping at step 40 of 5000 before the
-    Slurm job's time limit: ..."``; None for an event this version does not know."""
+    Slurm job's time limit: ..."``, ``"attempt 2 after a fault: node_lost of worker-2 at step 47 ..."`` (a restart,
+    train/controller/restart.py), ``"training again 95 s after the fault was noticed (step 45)"``; None for an event
+    this version does not know."""
     kind = record.get("event")
     if kind == "save":
         detail = []
@@ -129,6 +131,11 @@ def format_event(record: dict) -> str | None:
         return (f"stopping at step {record.get('step', '?')} of {record.get('max_steps', '?')} before the Slurm job's "
                 f"time limit: every rank saves checkpoint-{record.get('step', '?')} first; go on with "
                 f"ansible-playbook train.yml -e resume={record.get('run') or '<run>'}")
+    if kind == "restart":
+        return f"attempt {int(record.get('attempt', 0)) + 1} after a fault: {fault_text(record)}"
+    if kind == "recovered":
+        return (f"training again {record.get('recover_s', '?')} s after the fault was noticed "
+                f"(step {record.get('step', '?')}, attempt {record.get('attempt', '?')})")
     return None
 
 
@@ -418,6 +425,29 @@ def step_time_text(m: dict, records: list[dict], ratio: float = 1.2, last: int =
     return text
 
 
+def fault_text(record: dict) -> str:
+    """One summary row for a fault that restarted the run (train/controller/restart.py's record, metrics.json's
+    ``attempts``): what, where and at which step; the seconds to notice it (fault -> noticed) and to train again
+    (noticed -> the next attempt's first logged step), the checkpoint gone on from and the steps lost, the nodes
+    after. Unknown numbers are left out."""
+    f = record.get("fault") or {}
+    where = (f"rank {f.get('rank')} on {f.get('node')}" if f.get("rank") is not None and f.get("node")
+             else f.get("node") or "the run")
+    text = f"{f.get('kind', 'fault')} of {where}" + (f" at step {f['step']}" if f.get("step") is not None else "")
+    if isinstance(record.get("detect_s"), (int, float)):
+        text += f"; noticed in {record['detect_s']:.0f} s"
+    if isinstance(record.get("recover_s"), (int, float)):
+        text += f", training again {record['recover_s']:.0f} s later"
+    if record.get("checkpoint_step") is not None:
+        text += f"; from checkpoint-{record['checkpoint_step']}"
+        if record.get("steps_lost") is not None:
+            text += f" ({record['steps_lost']} steps lost)"
+    if record.get("next_nodes"):
+        text += (f" on {', '.join(record['next_nodes'])} (world size {record.get('world_size')} -> "
+                 f"{record.get('next_world_size')})")
+    return text
+
+
 def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
                   end: dict | None = None, straggler: dict | None = None) -> list[str]:
     """The end-of-run summary table of a run's results on the controller, as aligned lines.
@@ -478,6 +508,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
     checkpoints = sorted((p.name for p in out.glob("checkpoint-*") if p.is_dir()),
                          key=lambda n: int(n.rsplit("-", 1)[1]) if n.rsplit("-", 1)[1].isdigit() else -1)
     rows.append(("checkpoints", f"{len(checkpoints)} kept: {', '.join(checkpoints)}" if checkpoints else "none kept"))
+    for a in m.get("attempts") or []:
+        rows.append((f"fault {a.get('attempt', '?')}", fault_text(a)))
 
     files: list[tuple[str, str]] = []
     if (out / "model").is_dir():

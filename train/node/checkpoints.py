@@ -12,6 +12,9 @@ node-local disks no node holds a whole checkpoint (DeepSpeed #2319, #5452), so:
   last, atomically). Training never waits for it.
 * train.yml gathers once more when the run ends (also after a failure), brings the complete checkpoints back to
   the controller, and ``-e resume=<run>`` stages the newest complete one (``latest_complete``) onto every node.
+* ``universal`` converts a checkpoint, on the head, into DeepSpeed's universal checkpoint (``ds_to_universal``:
+  every parameter's fp32 weights and optimizer moments whole, in ``<tag>_universal/zero/<param>/``, beside the
+  ZeRO shards) once, for a resume on another world size; the conversion is kept and reused.
 
 A checkpoint is complete when ``trainer_state.json`` names its step, DeepSpeed's ``latest`` names a tag directory
 that holds the model states, every rank 0..world_size-1 has its optimizer shard (when any rank has one, or the
@@ -38,8 +41,15 @@ from pathlib import Path
 
 #: Written into a checkpoint directory once it was found complete (last, by rename): what was checked.
 MARKER = "dsc-checkpoint.json"
+#: DeepSpeed's pointer to a checkpoint's universal tag (ds_to_universal writes it; the engine reads it in place of
+#: ``latest`` when the config says ``"checkpoint": {"load_universal": true}``).
+LATEST_UNIVERSAL = "latest_universal"
+#: Written into ``<tag>_universal/`` once the conversion ended (last, by rename): the conversion is whole.
+UNIVERSAL_MARKER = "dsc-universal.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 _RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_mp_rank_\d+_(optim|model)_states\.pt$")
+#: a rank's optimizer shard (ZeRO >= 1, or DeepSpeed's bf16 optimizer): the state a world size change must convert
+RANK_SHARD = re.compile(r"zero_pp_rank_\d+_mp_rank_\d+_optim_states\.pt$")
 _RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
 #: rsync filter of the files one rank writes (the only files the head pulls from the other nodes).
 RANK_FILTER = ["--include=/global_step*/", "--include=/global_step*/*zero_pp_rank_*_states.pt",
@@ -199,6 +209,68 @@ def verify(ckpt_dir) -> list[str]:
         elif p.stat().st_size != size:
             out.append(f"{name} has {p.stat().st_size} bytes, not {size}")
     return out
+
+
+def universal_tag(ckpt_dir) -> str | None:
+    """The universal tag of ``ckpt_dir`` whose conversion ended (``latest_universal`` names it and it holds
+    ``UNIVERSAL_MARKER``), or None when it was never converted or a conversion was cut off."""
+    d = Path(ckpt_dir)
+    try:
+        tag = (d / LATEST_UNIVERSAL).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return tag if tag and (d / tag / UNIVERSAL_MARKER).is_file() else None
+
+
+def universal(ckpt_dir, python: str = sys.executable, workers: int | None = None) -> dict:
+    """Convert the complete checkpoint ``ckpt_dir`` into DeepSpeed's universal checkpoint, once, beside its tag.
+
+    Runs DeepSpeed's own converter (``python -m deepspeed.checkpoint.ds_to_universal --input_folder <tag>
+    --output_folder <tag>_universal --inject_missing_state``; the HF Trainer's models carry no universal-checkpoint
+    info of their own, hence the injection) into a temporary folder, moves it into place and then writes
+    ``latest_universal`` (temp file + rename): a conversion cut off leaves no half folder where the engine looks.
+    A checkpoint converted before is reused as it is.
+
+    Args:
+        ckpt_dir: a ``checkpoint-<step>`` directory holding every rank's files (the head's copy).
+        python: the interpreter with DeepSpeed (the node venv's; the CLI passes its own).
+        workers: the converter's extract processes (default: the CPUs, at most 8).
+
+    Returns:
+        {"tag": "<tag>_universal", "converted": True when converted now, False when reused, "seconds": float}.
+
+    Raises:
+        RuntimeError: the checkpoint is not complete (``verify``), or the converter failed (its last lines).
+    """
+    d = Path(ckpt_dir)
+    found = universal_tag(d)
+    if found is not None:
+        return {"tag": found, "converted": False, "seconds": 0.0}
+    bad = verify(d)
+    if bad:
+        raise RuntimeError(f"{d} is not a complete checkpoint: {'; '.join(bad[:3])}")
+    tag = (d / "latest").read_text(encoding="utf-8").strip()
+    final, tmp = d / f"{tag}_universal", d / f".{tag}_universal.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(final, ignore_errors=True)  # a conversion cut off after its move but before its marker
+    n = workers or max(1, min(8, os.cpu_count() or 1))
+    t0 = time.monotonic()
+    res = subprocess.run([python, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(d / tag),
+                          "--output_folder", str(tmp), "--inject_missing_state", "--num_extract_workers", str(n),
+                          "--num_merge_workers", str(max(1, n // 2))],
+                         capture_output=True, text=True, check=False)
+    if res.returncode or not tmp.is_dir():
+        tail = " | ".join(line for line in (res.stdout + res.stderr).strip().splitlines()[-4:])
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"DeepSpeed's ds_to_universal failed on {d / tag} (rc {res.returncode}): {tail}")
+    seconds = time.monotonic() - t0
+    (tmp / UNIVERSAL_MARKER).write_text(json.dumps({"from": tag, "seconds": round(seconds, 2)}) + "\n",
+                                        encoding="utf-8")
+    os.replace(tmp, final)
+    pointer = d / f".{LATEST_UNIVERSAL}.tmp"  # the converter pointed it at the temporary folder
+    pointer.write_text(final.name, encoding="utf-8")
+    os.replace(pointer, d / LATEST_UNIVERSAL)
+    return {"tag": final.name, "converted": True, "seconds": round(seconds, 2)}
 
 
 def latest_complete(output_dir) -> Path | None:
@@ -375,14 +447,25 @@ def _parse(argv):
     g.add_argument("--hosts", default="", help="the other nodes, comma-separated (ssh names)")
     c = sub.add_parser("latest", help="print the newest complete checkpoint of OUTPUT as JSON (null if none)")
     c.add_argument("output")
+    u = sub.add_parser("universal", help="convert the complete checkpoint CKPT into DeepSpeed's universal checkpoint "
+                                         "(once; reused after)")
+    u.add_argument("checkpoint")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     """CLI: ``supervise --output D --world-size W [--hosts a,b] -- CMD...`` (exit status of CMD), ``gather ...``
     (JSON report on stdout, the final gather), ``pull-logs --dir D --hosts a,b`` (JSON {"failed": [lines]}),
-    ``latest D`` (JSON: {"path", "step", "world_size"} or null)."""
+    ``latest D`` (JSON: {"path", "step", "world_size"} or null), ``universal CKPT`` (JSON: :func:`universal`'s
+    result; exit status 1 with one line on stderr when it cannot convert)."""
     args = _parse(argv)
+    if args.cmd == "universal":
+        try:
+            print(json.dumps(universal(args.checkpoint)))
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.cmd == "latest":
         d = latest_complete(args.output)
         rec = marker(d) if d else None

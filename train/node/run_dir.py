@@ -33,9 +33,13 @@ from train.node.rank_status import RANKS_DIR
 #: reads it (train.rank.bootstrap.load_passthrough)
 PASSTHROUGH_FILE = "passthrough.env"
 
+#: beside the run's job.json on every node when the run was restarted after a fault (train/controller/restart.py):
+#: the faults so far, oldest first (the rank records them in progress.jsonl and metrics.json)
+ATTEMPTS_FILE = "attempts.json"
+
 #: what an earlier attempt or run of the same name leaves that this run's checks would read as its own, and the
 #: variables an earlier attempt's shell passed (roles/train_launch writes this attempt's, if any, after staging)
-STALE_IN_RUN_DIR = (RANKS_DIR, PASSTHROUGH_FILE)
+STALE_IN_RUN_DIR = (RANKS_DIR, PASSTHROUGH_FILE, ATTEMPTS_FILE)
 STALE_IN_OUTPUT_DIR = ("progress.jsonl", "metrics.json")
 
 

@@ -15,7 +15,10 @@ scripts alike). What rank 0 writes while and after it trains (docs/training.md l
   "size_bytes"} after each checkpoint save (``checkpoint-<step>`` in the output directory; save_s the seconds the
   save took, size_bytes this node's part of it), {"event": "warning", "message"} for what the run must say
   (e.g. TensorBoard left out: :func:`usable_report_to`), {"event": "stop_request", "step", "max_steps", "run",
-  "requested_at"} when the run stops early to save before its Slurm job's time limit (:class:`StopRequestCallback`).
+  "requested_at"} when the run stops early to save before its Slurm job's time limit (:class:`StopRequestCallback`),
+  and in an attempt that train.yml started again after a fault (train/controller/restart.py) {"event": "restart",
+  **the fault's record} at its start and {"event": "recovered", "attempt", "step", "recover_s"} at its first logged
+  step (recover_s: from the fault noticed on the controller to that step; the clocks of the controller and the head).
 * ``loss_curve.png`` -- loss and learning rate against step (two panels), from those records.
 * ``metrics.json`` -- train.rank.metrics.build_metrics, written by MetricsCallback when training ends (every
   rank takes part: it gathers each rank's host) and again after each later evaluation, with its eval_* metrics.
@@ -32,7 +35,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from train.rank.bootstrap import barrier, gather_objects, rank_info
-from train.rank.metrics import build_metrics, finite_number, run_identity, write_metrics
+from train.rank.metrics import build_metrics, finite_number, read_attempts, run_identity, write_metrics
 
 PROGRESS = "progress.jsonl"
 LOSS_CURVE = "loss_curve.png"
@@ -179,6 +182,7 @@ class ProgressCallback(TrainerCallback):
         self._t_first_step: float | None = None
         self._mark: float | None = None  # the last step end or log: a save follows one of them
         self.timer: StepTimer | None = None  # with more than one rank: each rank's own step time
+        self.attempts: list[dict] = []  # the faults that restarted the run so far (metrics.read_attempts)
 
     # -- timing
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -193,6 +197,9 @@ class ProgressCallback(TrainerCallback):
             self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - open for the whole run
             while _PENDING_WARNINGS:
                 self._write({"event": "warning", "message": _PENDING_WARNINGS.pop(0)})
+            self.attempts = read_attempts()
+            if self.attempts:
+                self._write({"event": "restart", **self.attempts[-1]})
 
     def _write(self, record: dict) -> None:
         if self._file is not None:
@@ -279,6 +286,11 @@ class ProgressCallback(TrainerCallback):
             record["step_s"] = step_times
         self.records.append(record)
         self._write(record)
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and "recover_s" not in last and isinstance(last.get("noticed_at"), (int, float)):
+            last["recover_s"] = round(time.time() - last["noticed_at"], 1)
+            self._write({"event": "recovered", "attempt": int(last.get("attempt", 0)) + 1, "step": step,
+                         "recover_s": last["recover_s"]})
         self._mark = time.monotonic()
 
     def on_save(self, args, state, control, **kwargs):

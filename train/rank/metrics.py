@@ -33,8 +33,23 @@ METRICS_KEYS = (
     "node_step_s", "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
     "gradient_accumulation_steps", "block_length", "dataset_blocks", "vocab_size", "vocab_size_requested",
     "n_parameters", "model_uses_num_items_in_batch", "eval", "eval_loss", "perplexity", "deepspeed_config",
-    "source_fingerprint", "versions",
+    "source_fingerprint", "versions", "attempts",
 )
+
+
+def read_attempts(job_file: str | None = None) -> list[dict]:
+    """The faults that restarted the run so far, oldest first: ``attempts.json`` beside the run's job.json
+    (``$DSC_JOB_FILE`` by default; written by train.yml's restart, train/controller/restart.py's records:
+    attempt, fault {kind, node, rank, step, detail}, noticed_at (epoch s), detect_s, checkpoint_step, steps_lost,
+    nodes, world_size, next_nodes, next_world_size). [] for a run that was not restarted or an unreadable file."""
+    job_file = job_file or os.environ.get(JOB_FILE_ENV)
+    if not job_file:
+        return []
+    try:
+        found = json.loads((Path(job_file).parent / "attempts.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [dict(r) for r in found if isinstance(r, dict)] if isinstance(found, list) else []
 
 
 def read_job_file(output_dir: str | Path | None) -> tuple[dict | None, str | None]:
@@ -194,6 +209,7 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         "deepspeed_config": args.deepspeed if isinstance(args.deepspeed, str) else None,
         "source_fingerprint": None,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "attempts": getattr(progress, "attempts", None) or [],
     }
     for key, value in (extra or {}).items():
         if key not in metrics:

@@ -213,3 +213,18 @@ def test_pull_logs_brings_every_nodes_rank_logs_to_the_head_at_once(tmp_path, mo
                           "worker-1,worker-9"], cwd=REPO, capture_output=True, text=True, check=True)
     failed = json.loads(out.stdout)["failed"]
     assert len(failed) == 1 and failed[0].startswith("worker-9: "), failed
+
+
+def test_a_universal_conversion_that_fails_leaves_nothing_half_written_and_says_why(tmp_path):
+    """The converter run with an interpreter that has no DeepSpeed: a RuntimeError naming the converter, its exit
+    status and its own last line; no temporary folder, no latest_universal; an incomplete checkpoint is refused."""
+    d = write_checkpoint(tmp_path, 10, [0, 1], 2)
+    with pytest.raises(RuntimeError, match=r"checkpoint-10 is not a complete checkpoint: .*never found complete"):
+        checkpoints.universal(d)
+    assert checkpoints.mark(d, 2, 2) == []
+    no_deepspeed = tmp_path / "venv-without-deepspeed"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(no_deepspeed)], check=True)
+    with pytest.raises(RuntimeError, match=r"ds_to_universal failed on .*global_step10 \(rc 1\): .*No module named"):
+        checkpoints.universal(d, python=str(no_deepspeed / "bin" / "python"))
+    assert sorted(p.name for p in d.iterdir() if "universal" in p.name) == []
+    assert checkpoints.universal_tag(d) is None and checkpoints.verify(d) == []

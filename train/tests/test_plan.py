@@ -315,7 +315,9 @@ def test_resume_goes_on_with_the_same_job_from_the_newest_complete_checkpoint(tm
     p = build(tmp_path, {"max_steps": 80}, resume=first["run_name"])
     assert p["run_name"] == first["run_name"] and p["paths"]["out_dir"] == first["paths"]["out_dir"]
     node_ckpt = f"{p['paths']['output']}/checkpoint-10"
-    assert p["resume"] == {"run": first["run_name"], "step": 10, "checkpoint": str(ckpt), "node_checkpoint": node_ckpt}
+    assert p["resume"] == {"run": first["run_name"], "step": 10, "checkpoint": str(ckpt), "node_checkpoint": node_ckpt,
+                           "resize": None, "universal": False}
+    assert "checkpoint" not in p["ds_config"]
     assert p["argv"][-2:] == ["--resume_from_checkpoint", node_ckpt]
     assert p["job"]["max_steps"] == 80
     assert {k: v for k, v in p["job"].items() if k != "max_steps"} == \
@@ -356,6 +358,43 @@ def test_a_run_made_before_a_job_key_existed_resumes_with_what_it_ran(tmp_path, 
     assert "--pad_vocab_to_multiple_of" not in p["argv"] and "--float8" not in p["argv"]
 
 
+def test_resume_on_another_world_size_keeps_the_global_batch_through_the_universal_checkpoint(tmp_path):
+    """4 ranks' ZeRO-2 checkpoint resumed on 2 (one node) and on 8: the accumulation steps follow the world size, the
+    DeepSpeed config loads the universal checkpoint, the staging converts it (plan.resume.universal)."""
+    first, ckpt = finished_run(tmp_path, train_batch_size=32, max_steps=40)
+    assert (first["job"]["per_device_train_batch_size"], first["job"]["gradient_accumulation_steps"]) == (8, 1)
+    run = first["run_name"]
+    fewer = build(tmp_path, resume=run, shape=shape(("head-1",)))
+    assert fewer["world_size"] == 2 and fewer["job"]["gradient_accumulation_steps"] == 2
+    assert fewer["job"]["per_device_train_batch_size"] == 8 and fewer["job"]["train_batch_size"] == 32
+    assert fewer["ds_config"]["checkpoint"] == {"load_universal": True}
+    assert json.loads(fewer["files"]["ds_config.json"])["checkpoint"] == {"load_universal": True}
+    assert fewer["ds_config"]["gradient_accumulation_steps"] == 2
+    assert fewer["resume"]["universal"] is True and fewer["resume"]["resize"] == {
+        "from_world_size": 4, "world_size": 2, "global_batch": 32, "micro": 8, "accumulation": 2,
+        "from_accumulation": 1, "universal": True}
+    assert "world size 4 -> 2: the global batch 32 is kept (accumulation 1 -> 2); its ZeRO optimizer state through " \
+           "DeepSpeed's universal checkpoint, converted once on head-1 beside it" in fewer["summary"]
+    assert "micro batch 8 x accumulation 2 x world size 2 = global batch 32" in fewer["summary"]
+    with pytest.raises(JobError, match=r"global batch 32 \(.*\) cannot be kept on world size 8: 32 is not micro batch 8 "
+                                        r"x 8 ranks x a whole number"):
+        build(tmp_path, resume=run, shape=shape(("head-1", "worker-1", "worker-2", "worker-3")))
+
+
+def test_a_zero0_checkpoint_without_optimizer_shards_resumes_on_another_world_size_as_it_is(tmp_path):
+    from train.node import checkpoints
+    from train.tests.test_checkpoints import write_checkpoint
+
+    first = build(tmp_path, {"zero_stage": 0, "max_steps": 40})
+    out = Path(first["paths"]["out_dir"])
+    out.mkdir(parents=True)
+    (out / "job.json").write_text(first["files"]["job.json"])
+    assert checkpoints.mark(write_checkpoint(out, 10, range(4), 4, zero=False), 4, 0) == []
+    p = build(tmp_path, resume=first["run_name"], shape=shape(("head-1",)))
+    assert p["resume"]["universal"] is False and p["resume"]["resize"]["accumulation"] == 2
+    assert "checkpoint" not in p["ds_config"]
+
+
 def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_complete_checkpoint(tmp_path):
     first, ckpt = finished_run(tmp_path)
     run = first["run_name"]
@@ -363,8 +402,9 @@ def test_resume_refuses_another_model_job_or_world_size_and_runs_without_a_compl
         build(tmp_path, {"model": "gpt2"}, resume=run)
     with pytest.raises(JobError, match=r"learning_rate 0.5 differs from run .*; a resumed run keeps its job"):
         build(tmp_path, {"learning_rate": 0.5}, resume=run)
-    with pytest.raises(JobError, match=r"holds 4 ranks' states, this cluster has world size 2"):
-        build(tmp_path, resume=run, shape=shape(("head-1",)))
+    with pytest.raises(JobError, match=r"global batch 32 \(micro batch 8 x accumulation 1 x world size 4\) cannot be "
+                                        r"kept on world size 3: .*resume on a world size that divides 4 \(1, 2, 4 ranks\)"):
+        build(tmp_path, resume=run, shape=shape(("head-1", "worker-1", "worker-2"), slots=1))
     with pytest.raises(JobError, match=r"no run nope in .* \(no .*/nope/job.json\)"):
         build(tmp_path, resume="nope")
     (ckpt / "rng_state_3.pth").unlink()
@@ -391,6 +431,12 @@ def test_a_script_run_resumes_with_resume_from_checkpoint_added_to_its_own_argum
     assert p["run_name"] == first["run_name"] and p["mode"] == "script"
     assert p["argv"][-2:] == ["--resume_from_checkpoint", f"{p['paths']['output']}/checkpoint-20"]
     assert p["argv"][: len(args)] == ["--max_steps", "60", "--learning_rate", "1e-3"]
+    # on 2 ranks (one node) the script's own accumulation gives way to the one that keeps its global batch
+    two = build(tmp_path, script=str(script), script_args_value=args, resume=first["run_name"],
+                shape=shape(("head-1",)))
+    assert two["argv"][-4:] == ["--gradient_accumulation_steps", "2", "--resume_from_checkpoint",
+                                f"{two['paths']['output']}/checkpoint-20"]
+    assert two["ds_config"]["checkpoint"] == {"load_universal": True}
     with pytest.raises(JobError, match=r"was a script run \(-e resume=.*\); resume it the way it was launched"):
         build(tmp_path, resume=first["run_name"])
 
@@ -453,3 +499,17 @@ def test_the_plan_refuses_a_broken_rule_where_it_is_built(tmp_path):
         dataclasses.replace(p, head="worker-1")
     with pytest.raises(ValueError, match="paths.log"):
         dataclasses.replace(p, paths=dataclasses.replace(p.paths, log="/elsewhere.log"))
+
+
+def test_the_restart_policy_is_in_the_plan_and_checked_before_anything_runs(tmp_path):
+    p = build(tmp_path)
+    assert p["restart"] == {"max_restarts": 3, "min_nodes": 1}
+    assert any(line.startswith("restarts: up to 3 by itself") for line in p["summary"])
+    off = build(tmp_path, {"max_restarts": "0", "min_nodes": "2"})
+    assert off["restart"] == {"max_restarts": 0, "min_nodes": 2} and off["job"]["max_restarts"] == 0
+    assert "restarts: off (-e max_restarts=0): a fault stops the run" in off["summary"]
+    assert "--max_restarts" not in off["argv"]
+    with pytest.raises(JobError, match=r"max_restarts"):
+        build(tmp_path, {"max_restarts": "many"})
+    with pytest.raises(JobError, match=r"min_nodes .*set min_nodes to 1 or more"):
+        build(tmp_path, {"min_nodes": "0"})

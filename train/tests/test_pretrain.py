@@ -439,3 +439,67 @@ def test_scaling_report_from_real_runs_at_one_and_two_ranks(bert_1rank, bert_2ra
     mixed = bench.scaling(other)
     assert mixed[1]["efficiency"] is None and "per-GPU batch 16 x 1 differs from the 1-rank run's 8 x 1" in \
         mixed[1]["note"], mixed
+
+
+def _losses(out) -> dict[int, float]:
+    records = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if "event" not in r and r.get("loss") is not None}
+
+
+def test_a_zero2_checkpoint_of_2_ranks_resumes_on_1_through_the_universal_checkpoint(bert_artifact, tmp_path):
+    """-e resume= on another world size, as train.yml runs it on one node: a 2-rank ZeRO-2 run saves checkpoint-10;
+    the same checkpoint resumed on 2 ranks (the reference) and, converted by train.node.checkpoints universal, on 1
+    rank with twice the accumulation (the global batch kept; "checkpoint": {"load_universal": true}). The 1-rank run
+    goes on from step 10 with the same samples in each optimizer step (data order) and the loss within noise of the
+    reference; the conversion is made once and reused."""
+    import shutil
+    import subprocess
+    import sys
+
+    from train.node import checkpoints
+
+    work = tmp_path / "first"
+    work.mkdir()
+    out = work / "output"
+    common = dict(max_steps=10, logging_steps=1)
+    launch(2, pretrain_args(bert_artifact, out, ds_config(work / "ds.json"), **common), work)
+    ckpt = out / "checkpoint-10"
+    assert checkpoints.mark(ckpt, 2, 2) == []
+
+    def resume(name, ranks, accum, universal):
+        w = tmp_path / name
+        (w / "output").mkdir(parents=True)
+        shutil.copytree(ckpt, w / "output" / "checkpoint-10")
+        ds = json.loads(ds_config(w / "ds.json").read_text())
+        if universal:
+            ds["checkpoint"] = {"load_universal": True}
+        (w / "ds.json").write_text(json.dumps(ds))
+        if universal:
+            for _ in range(2):  # the second call finds the first's conversion
+                res = subprocess.run([sys.executable, "-m", "train.node.checkpoints", "universal",
+                                      str(w / "output" / "checkpoint-10")], capture_output=True, text=True,
+                                     check=False, timeout=300)
+                assert res.returncode == 0, res.stderr[-3000:]
+                done = json.loads(res.stdout)
+                assert done["tag"] == "global_step10_universal"
+                conversions.append(done["converted"])
+            assert (w / "output" / "checkpoint-10" / "latest_universal").read_text() == "global_step10_universal"
+            assert checkpoints.verify(w / "output" / "checkpoint-10") == []  # still the complete checkpoint it was
+        args = pretrain_args(bert_artifact, w / "output", w / "ds.json", max_steps=14, logging_steps=1, accum=accum)
+        proc, _ = launch(ranks, args + ["--resume_from_checkpoint", str(w / "output" / "checkpoint-10")], w)
+        return proc, json.loads((w / "output" / "metrics.json").read_text()), _losses(w / "output")
+
+    conversions = []
+    _, ref_m, ref = resume("same", 2, 1, False)
+    proc, one_m, one = resume("fewer", 1, 2, True)
+    assert conversions == [True, False]
+    assert "loaded universal zero checkpoints" in proc.stdout
+    assert one_m["world_size"] == 1 and one_m["global_batch_size"] == ref_m["global_batch_size"] == 16
+    assert sorted(one) == sorted(ref) == [11, 12, 13, 14]  # on from step 10, not from step 1
+    # data order: the 2 ranks' first micro batches (step 11) are the 1 rank's first two (its 2 accumulation steps)
+    r0, r1 = (r["first_batches_sha256"] for r in ref_m["ranks"])
+    assert set(one_m["ranks"][0]["first_batches_sha256"][:2]) == {r0[0], r1[0]}
+    first = _losses(out)
+    for step in one:  # within noise of the same steps on 2 ranks (masks and dropout differ), below the first loss
+        assert one[step] == pytest.approx(ref[step], rel=0.1), (step, one, ref)
+        assert one[step] < first[1]

@@ -85,6 +85,7 @@ class ActionModule(ActionBase):
                 resume=args["resume"],
                 gpu_memory_bytes=args["gpu_memory_mib"] * 2**20 if args["gpu_memory_mib"] else None,
                 host_memory_bytes=args["host_memory_kib"] * 1024 if args["host_memory_kib"] else None,
+                restart_state=extra.get("train_restart"),
             ).as_dict()
         except JobError as exc:
             result.update(failed=True, msg=f"error: {exc}")
