@@ -1,5 +1,6 @@
-"""The plan of one training run: everything `train.yml` decides on the controller, as one dict (standard library,
-PyYAML and train.* only: the Ansible controller's Python imports it through the ``train_plan`` action).
+"""The plan of one training run: everything `train.yml` decides on the controller, as one typed :class:`Plan` that
+checks its rules when made, whose ``as_dict()`` is the ``train_plan`` fact the roles read (standard library, PyYAML
+and train.* only: the Ansible controller's Python imports it through the ``train_plan`` action).
 
     plan = build(overrides={"model": "bert", "model_size": "tiny"}, accelerator="cpu", shape=..., node=..., ...)
     plan.as_dict()  # the ``train_plan`` fact the roles read
