@@ -83,3 +83,23 @@ def test_a_test_that_runs_ansible_unmarked_is_named_at_collection():
              Item("b::marked", ["run_playbook"], True), Item("c::pure", ["tmp_path"], False),
              Item("d::module", ["run_module"], False)]
     assert guard.unmarked_slow(items) == ["a::unmarked", "d::module"]
+
+
+def test_a_test_module_that_starts_ansible_itself_is_marked_slow():
+    """What the collection guard cannot see: a test module that finds ansible-playbook itself (its path or name,
+    a string of its source), carries pytest.mark.slow (its module mark or a test's)."""
+    import ast
+
+    programs = {"ansible-playbook"}
+    modules = sorted([*(REPO / "train" / "tests").glob("test_*.py"), *(REPO / "roles").glob("*/tests/test_*.py")])
+    starts, unmarked = [], []
+    for path in modules:
+        text = path.read_text(encoding="utf-8")
+        names = {n.value.rsplit("/", 1)[-1] for n in ast.walk(ast.parse(text))
+                 if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        if programs & names:
+            starts.append(path.name)
+            if "pytest.mark.slow" not in text:
+                unmarked.append(str(path.relative_to(REPO)))
+    assert {"test_end_to_end.py", "test_train_yml_plan.py"} <= set(starts), starts  # the checker still sees them
+    assert not unmarked, "mark these slow (they run ansible-playbook): " + ", ".join(unmarked)
