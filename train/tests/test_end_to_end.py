@@ -211,10 +211,11 @@ def test_check_playbook_prints_the_parity_table_and_the_allreduce_table(main_job
         # none, so the error says so and how to stage the data set instead
         (["-e", "model=bert", "-e", "model_size=tiny", "-e", "dataset_path=hub:Salesforce/wikitext:wikitext-2-raw-v1"],
          r"host localhost: cannot reach the Hugging Face hub to load Salesforce/wikitext .*save_to_disk"),
-        # a knob of the launch step is checked with the plan (roles/train_launch's spec), before staging
+        # a knob of the launch step is checked with the plan (train/controller/knobs.py: roles/train_launch's spec),
+        # before staging
         (["-e", "model=bert", "-e", "model_size=tiny", "-e", "train_end_timeout_s=abc"],
-         r"Check the launch step's knobs .*argument 'train_end_timeout_s' is of type str and we were unable to "
-         r"convert to float"),
+         r"error: train_end_timeout_s must be a number, got 'abc' \(-e train_end_timeout_s\); give "
+         r"train_end_timeout_s a number in \[0, inf\), default 1800"),
         # a node-side preflight failure (cluster_check) also stops before anything is written
         (["-e", "model=bert", "-e", "cluster_check_min_free_gb=100000000"],
          r"host localhost: local_ssd_dir \S+ has [\d.]+ GB free, the check wants at least 100000000.0 GB"),

@@ -12,7 +12,8 @@
 
 The job overrides are read here from the playbook's extra variables (``-e``) only -- never from the merged
 variables, so an inventory variable that happens to be named like a job key (``seed:``, ``max_steps:``) does not
-change the job -- plus the one documented inventory dict ``train_defaults``. A user mistake fails the task with the
+change the job -- plus the one documented inventory dict ``train_defaults``. The roles' knobs (``train_*``, given with
+``-e`` or in the inventory) are checked first, by their argument specs (train.controller.knobs). A user mistake fails the task with the
 one-line message of train.controller.plan.PlanError / train.common.job.JobError. Nothing is written; check mode runs the same.
 
 Returns ``train_plan`` (also as the fact ``train_plan``): see train.controller.plan.build.
@@ -31,6 +32,7 @@ _REPO = Path(__file__).resolve().parents[3]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
+from train.controller import knobs  # noqa: E402
 from train.controller import plan as planmod  # noqa: E402
 from train.common.job import JobError  # noqa: E402
 
@@ -63,12 +65,27 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _supports_check_mode = True
 
+    def _inventory_knobs(self, declared, task_vars, extra):
+        """The knobs set in the inventory (not with -e), rendered; one that does not render is left to its role."""
+        out = {}
+        for name in declared:
+            if name in task_vars and name not in extra:
+                try:
+                    out[name] = self._templar.template(task_vars[name])
+                except Exception:  # noqa: BLE001  (an undefined variable: the role's own check names it later)
+                    continue
+        return _plain(out)
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGSPEC)
         args = _plain(args)
         extra = _plain(load_extra_vars(self._loader))
         try:
+            # the roles' knobs (train_*), by their argument specs: a bad one stops the run here, not at its role
+            declared = knobs.load()
+            knobs.check(extra, declared, where="-e")
+            knobs.check(self._inventory_knobs(declared, task_vars or {}, extra), declared, where="inventory")
             overrides = planmod.job_overrides(extra, args["train_defaults"])
             plan = planmod.build(
                 overrides=overrides,
