@@ -183,7 +183,7 @@ def check(given: dict, knobs: dict[str, Knob] | None = None, where: str = "-e") 
 
 def _help(knob: Knob) -> str:
     """The description without its range (the message gives the range once)."""
-    return RANGE_RE.sub("", knob.help).strip().rstrip(".")
+    return re.sub(RANGE_RE.pattern + r"\.?", "", knob.help).strip().rstrip(".")
 
 
 def _expected(knob: Knob) -> str:
