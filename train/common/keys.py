@@ -19,6 +19,9 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+#: no value (Key.resumed_without, Key.script_default)
+UNSET = "unset"
+
 #: the default of a key the preset must give (its numbers live in the presets, train/presets/<model>.yml)
 PRESET = "preset"
 
@@ -57,6 +60,12 @@ class Key:
         off: the value the rank runs with when the flag is absent: a value equal to it is not passed.
         argv: the rank's arguments for the job when they are not simply ``--flag value``: (job) -> list of str.
         fix: how to fix an out-of-range value (the message's last part), when the generic one says too little.
+        resume: ``-e`` may change it when a run is resumed (how long it goes on, how it logs, saves and restarts);
+            any other key differing from the run's job.json is refused (another model, data or batch is another run).
+        resumed_without: the value a resumed run whose job.json lacks the key keeps -- what the code ran before the
+            key was added (its checkpoint's shapes and partitioning), not today's ``auto``; UNSET: the preset's.
+        script_default: the value a user's script starts from (script mode) unless ``-e`` gives one: what the CPU and
+            GPU paths ran before the presets' GPU defaults; UNSET: the preset's.
     """
 
     name: str
@@ -77,6 +86,9 @@ class Key:
     off: object = None
     argv: Callable[[dict], list] | None = None
     fix: str = ""
+    resume: bool = False
+    resumed_without: object = UNSET
+    script_default: object = UNSET
 
     def rank_flag(self) -> str | None:
         """The rank's argument name without ``--`` (e.g. ``attn_implementation`` for attention), or None."""
@@ -186,7 +198,7 @@ KEYS: tuple[Key, ...] = (
         ("data", "model"), low=512, flag=None),
     Key("pad_vocab_to_multiple_of", "int", "the model's vocabulary rounded up to a multiple of this (rows no token "
         "uses); 1: none", ("model",), default="auto", low=1, auto="128 on cuda, 1 on cpu", off=1,
-        fix="set pad_vocab_to_multiple_of to 1 (no padding), 128, or auto"),
+        fix="set pad_vocab_to_multiple_of to 1 (no padding), 128, or auto", resumed_without=1),
     Key("lowercase", "bool", "lower-case text before tokenizing", ("data",)),
     Key("tokenizer_path", "str", "a ready tokenizer directory on the head; null: train one on the corpus", ("data",),
         default=None, nullable=True),
@@ -208,7 +220,7 @@ KEYS: tuple[Key, ...] = (
         auto="train_batch_size / (micro batch x world size), 1 without a global batch", script=True),
     Key("train_batch_size", "int", "global batch (sequences): micro batch x accumulation x world size; null: none",
         ("ds_config",), default=None, nullable=True, low=1, script=True,
-        fix="set train_batch_size to a positive number or null"),
+        fix="set train_batch_size to a positive number or null", script_default=None),
     Key("learning_rate", "float", "peak learning rate", ("trainer",), low=0, low_open=True, script=True),
     Key("weight_decay", "float", "AdamW weight decay", ("trainer",), low=0, script=True),
     Key("adam_beta1", "float", "AdamW beta1", ("trainer",), low=0, high=1, high_open=True, script=True,
@@ -220,14 +232,14 @@ KEYS: tuple[Key, ...] = (
     Key("warmup_steps", "int", "linear warm-up steps (at most max_steps); 0: none", ("trainer",), low=0,
         script=True, fix="set warmup_steps to 0 (no warm-up) or more"),
     Key("max_steps", "int", "optimizer steps", ("trainer",), low=1, script=True,
-        fix="set max_steps to a positive number of optimizer steps"),
-    Key("save_steps", "int", "a checkpoint every this many steps", ("trainer",), low=1),
-    Key("logging_steps", "int", "a progress line every this many steps", ("trainer",), low=1),
+        fix="set max_steps to a positive number of optimizer steps", resume=True),
+    Key("save_steps", "int", "a checkpoint every this many steps", ("trainer",), low=1, resume=True),
+    Key("logging_steps", "int", "a progress line every this many steps", ("trainer",), low=1, resume=True),
     Key("save_total_limit", "int", "checkpoints kept on each node; null: every one", ("trainer",), nullable=True,
-        low=1, fix="set save_total_limit to 1 or more, or null to keep every checkpoint"),
+        low=1, fix="set save_total_limit to 1 or more, or null to keep every checkpoint", resume=True),
     Key("seed", "int", "random seed", ("trainer",), low=0, script=True),
     Key("dataloader_num_workers", "int", "data loader worker processes per rank", ("trainer",), low=0,
-        argv=_workers_argv),
+        argv=_workers_argv, resume=True),
     # ---- precision, ZeRO, kernels
     Key("precision", "str", "fp16 and bf16 need cuda", ("trainer", "ds_config"), default="auto",
         choices=("fp32", "fp16", "bf16"), auto="bf16 on cuda, fp32 on cpu", script=True, argv=_precision_argv),
@@ -235,39 +247,39 @@ KEYS: tuple[Key, ...] = (
         choices=("cpu", "cuda"), script=True, argv=_accelerator_argv),
     Key("zero_stage", "int", "DeepSpeed ZeRO stage: templates/deepspeed/zero<N>.json", ("ds_config",), low=0, high=3,
         auto=f"{_AUTO_MEMORY}; else 2 on cpu or with an offload, 0 on cuda", script=True,
-        fix="pick a stage that has a templates/deepspeed/zero<N>.json"),
+        fix="pick a stage that has a templates/deepspeed/zero<N>.json", script_default=2),
     Key("offload_optimizer", "str", "ZeRO optimizer offload (needs zero_stage >= 1)", ("ds_config",), default="auto",
         choices=("none", "cpu"), auto=f"{_AUTO_MEMORY} (cpu only when nothing else fits); else none", script=True),
     Key("offload_ratio", "float", "share of the optimizer states offloaded (< 1: ZeRO-3 with offload cpu)",
         ("ds_config",), default="auto", low=0, high=1, low_open=True, auto=f"{_AUTO_MEMORY}; else 1", script=True,
-        fix="set -e offload_ratio=auto, 1 (all of them) or a share such as 0.5"),
+        fix="set -e offload_ratio=auto, 1 (all of them) or a share such as 0.5", resumed_without=1.0),
     Key("optimizer", "str", "adamw_torch_fused / adamw_torch: the Trainer's optimizer; deepspeed: DeepSpeed's AdamW "
         "(FusedAdam, DeepSpeedCPUAdam with offload)", ("trainer", "ds_config"), default="auto",
         choices=("adamw_torch_fused", "adamw_torch", "deepspeed"),
-        auto="adamw_torch_fused on cuda without offload, else deepspeed", script=True, argv=_optimizer_argv),
+        auto="adamw_torch_fused on cuda without offload, else deepspeed", script=True, argv=_optimizer_argv, script_default="deepspeed"),
     Key("autocast", "bool", "DeepSpeed's torch_autocast (bf16) instead of its bf16 block", ("ds_config", "trainer"),
         default="auto", auto="true for bf16 with the Trainer's optimizer and ZeRO-0", script=True,
-        argv=lambda job: []),
+        argv=lambda job: [], script_default=False),
     Key("attention", "str", "transformers' attn_implementation", ("model",), default="sdpa",
         choices=("sdpa", "eager", "flash_attention_2", "flex_attention"), flag="attn_implementation"),
     Key("torch_compile", "bool", "torch.compile the model", ("trainer",), default="auto",
-        auto="true on cuda (not with ZeRO-3), false on cpu", argv=_torch_compile_argv),
+        auto="true on cuda (not with ZeRO-3), false on cpu", argv=_torch_compile_argv, script_default=False),
     Key("regional_compilation", "bool", "accelerate's regional compilation: each repeated block compiled once",
         ("model",), default="auto", auto="with torch_compile: for the masked MLM head, llama, or 24 layers or more",
-        off=False, argv=_regional_argv),
+        off=False, argv=_regional_argv, script_default=False),
     Key("gradient_checkpointing", "bool", "activation checkpointing (each layer recomputed in the backward)",
         ("trainer",), default="auto", auto=f"{_AUTO_MEMORY} (on when a micro batch needs it); else false",
         argv=_checkpointing_argv),
     Key("mlm_head", "str", "masked: the MLM head only at masked positions (the same loss)", ("model",),
         default="auto", choices=("masked", "full"), auto="masked on cuda for mlm, full otherwise", off="full",
-        argv=_mlm_only("mlm_head")),
+        argv=_mlm_only("mlm_head"), script_default="full"),
     Key("unpadded_attention", "bool", "sdpa with no attention mask (the blocks are full): SDPA's causal flag or no "
         "mask", ("model",), default="auto", auto="true on cuda with attention sdpa", off=False),
     Key("fused_cross_entropy", "bool", "causal LM: the LM head's matmul and cross-entropy fused (Liger Kernel; less "
         "memory, slower)", ("model",), default="auto", auto="false", off=False),
     Key("float8", "str", "the blocks' nn.Linear matmuls in float8 (torchao's float8 training recipe of this name)",
         ("model", "ds_config"), default="auto", choices=("none", "tensorwise", "rowwise", "rowwise_with_gw_hp"),
-        auto="none", off="none"),
+        auto="none", off="none", resumed_without="none"),
     # ---- the run
     Key("run_name", "str", "the run's directory name; null: <model>-<size>-<UTC timestamp>", ("plan",), default=None,
         nullable=True, script=True),
@@ -275,9 +287,9 @@ KEYS: tuple[Key, ...] = (
         choices=("tensorboard", "none")),
     # ---- the restart policy (train/controller/restart.py; docs/checkpoints-and-failures.md, "Restarts")
     Key("max_restarts", "int", "restarts a failed run makes by itself from its newest complete checkpoint; 0: none",
-        ("plan",), default=PRESET, low=0, script=True, fix="set max_restarts to 0 (no restart) or more"),
+        ("plan",), default=PRESET, low=0, script=True, fix="set max_restarts to 0 (no restart) or more", resume=True),
     Key("min_nodes", "int", "the fewest nodes a restart goes on with", ("plan",), default=PRESET, low=1, script=True,
-        fix="set min_nodes to 1 or more"),
+        fix="set min_nodes to 1 or more", resume=True),
 )
 
 BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
@@ -347,7 +359,8 @@ def table() -> str:
             values += f" in {key.range_text()}"
         default = "preset (fixed)" if key.fixed else "preset" if key.default == PRESET else f"`{_shown(key.default)}`"
         goes = ", ".join(GOES[g] for g in key.goes)
-        rows.append(f"| `{key.name}` | {values} | {default} | {key.auto or ''} | {goes} | {key.help} |")
+        what = key.help + ("; -e may change it when a run is resumed" if key.resume else "")
+        rows.append(f"| `{key.name}` | {values} | {default} | {key.auto or ''} | {goes} | {what} |")
     return "\n".join([*rows, "", TABLE_END])
 
 

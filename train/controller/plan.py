@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from train.common import job as jobmod
+from train.common import keys as keymod
 from train.controller import resolve as resolvemod
 from train.controller import dsconfig, launch, memory, script_args
 from train.node import checkpoints
@@ -37,17 +38,12 @@ FILES = ("job.json", "ds_config.json", "launch.json")
 # directory, where train/ is staged, so they import train.* as a package.
 PRESET_ENTRY = ["--module", "train.rank.pretrain"]
 RUN_SCRIPT = ["--module", "train.rank.run_script"]
-# Job keys a user script starts from (script mode): what the CPU and GPU paths ran before the presets' GPU defaults.
-# Job keys -e may change when a run is resumed (-e resume=): how long it goes on and how it logs and saves. Any other
-# key differing from the run's job.json is refused (another model, data or batch is another run).
-RESUME_MAY_CHANGE = ("max_steps", "logging_steps", "save_steps", "save_total_limit", "dataloader_num_workers",
-                     "max_restarts", "min_nodes")
-# Job keys added after runs were made, each with the value the code before it ran: a resumed run whose job.json
-# lacks one keeps that value (its checkpoint's shapes and partitioning), not today's `auto` -- a vocabulary padded
-# now would not load a checkpoint of the unpadded one.
-RESUME_KEYS_ADDED = {"pad_vocab_to_multiple_of": 1, "offload_ratio": 1.0, "float8": "none"}
-SCRIPT_DEFAULTS = {"train_batch_size": None, "zero_stage": 2, "optimizer": "deepspeed", "autocast": False,
-                   "torch_compile": False, "regional_compilation": False, "mlm_head": "full"}
+# Per-key policies of resumed and script runs, from the keys' declarations (train.common.keys: Key.resume,
+# Key.resumed_without, Key.script_default): the keys -e may change on -e resume=, the value a resumed run keeps for a
+# key its job.json lacks, and the values a user script starts from.
+RESUME_MAY_CHANGE = tuple(key.name for key in keymod.KEYS if key.resume)
+RESUME_KEYS_ADDED = {key.name: key.resumed_without for key in keymod.KEYS if key.resumed_without != keymod.UNSET}
+SCRIPT_DEFAULTS = {key.name: key.script_default for key in keymod.KEYS if key.script_default != keymod.UNSET}
 
 
 class PlanError(jobmod.JobError):

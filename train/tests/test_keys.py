@@ -117,3 +117,17 @@ def test_model_fields_carry_the_declarations():
     assert typ is str and float8.default == "none" and float8.metadata["choices"] == list(K.BY_NAME["float8"].choices)
     assert float8.metadata["help"] == K.BY_NAME["float8"].help
     assert fields["pad_vocab_to_multiple_of"][1].default == 1 and fields["unpadded_attention"][1].default is False
+
+
+def test_the_resume_and_script_policies_are_the_declarations():
+    from train.controller import plan as P
+
+    assert P.RESUME_MAY_CHANGE == tuple(k.name for k in K.KEYS if k.resume)
+    assert {"max_steps", "save_steps", "max_restarts"} <= set(P.RESUME_MAY_CHANGE)
+    assert "learning_rate" not in P.RESUME_MAY_CHANGE and "float8" not in P.RESUME_MAY_CHANGE
+    assert P.RESUME_KEYS_ADDED["float8"] == "none" and P.RESUME_KEYS_ADDED["pad_vocab_to_multiple_of"] == 1
+    assert P.SCRIPT_DEFAULTS["zero_stage"] == 2 and P.SCRIPT_DEFAULTS["train_batch_size"] is None
+    for name, value in {**P.RESUME_KEYS_ADDED, **P.SCRIPT_DEFAULTS}.items():  # each one a value the key takes
+        key = K.BY_NAME[name]
+        assert (value is None and key.nullable) or not key.choices or value in key.choices, name
+        assert key.out_of_range(value) is None, name
