@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 MAIN_WITH_TASKS = {"slurm", "torch_matrix", "train_launch", "train_plan"}
 # task files that still build a value with a Jinja program ({% set %} / {% for %}) instead of a filter plugin
 JINJA_PROGRAMS = {"roles/cluster_check/tasks/preflight.yml", "roles/cluster_check/vars/main.yml",
-                  "roles/node_env/tasks/nccl_conf.yml", "roles/node_env/tasks/preflight.yml",
+                  "roles/node_env/tasks/nccl_conf.yml",
                   "roles/ssh_mesh/tasks/etc_hosts.yml", "roles/train_launch/tasks/passthrough.yml",
                   "roles/train_launch/tasks/stop.yml"}
 # task files that still parse a script's printed JSON (or a file's) with from_json instead of a module's return keys

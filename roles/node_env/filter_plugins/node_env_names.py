@@ -54,8 +54,25 @@ def node_env_refused(env, known, name_re, collective_re, newline_re, quote_re, u
     return refused
 
 
+def node_env_differences(mine, ref, collective_re, ref_host):
+    """The NCCL_*/GLOO_* settings (names matching ``collective_re``, any case) of ``mine`` (this node's node_env_extra,
+    dict name -> value) that differ from ``ref`` (the head's): ``"NAME is <here> here and <there> on <ref_host>"``
+    for each, a name missing on one side being ``(unset)``, sorted by name and joined with ", "; '' when none
+    differs."""
+    out = []
+    for name in sorted({str(n) for n in mine} | {str(n) for n in ref}, key=lambda n: (n.lower(), n)):
+        if not re.match(collective_re, name, re.IGNORECASE):
+            continue
+        here = str(mine[name]) if name in mine else "(unset)"
+        there = str(ref[name]) if name in ref else "(unset)"
+        if here != there:
+            out.append("%s is %s here and %s on %s" % (name, here, there, ref_host))
+    return ", ".join(out)
+
+
 class FilterModule:
-    """node_env_closest_name, node_env_refused."""
+    """node_env_closest_name, node_env_refused, node_env_differences."""
 
     def filters(self):
-        return {"node_env_closest_name": node_env_closest_name, "node_env_refused": node_env_refused}
+        return {"node_env_closest_name": node_env_closest_name, "node_env_refused": node_env_refused,
+                "node_env_differences": node_env_differences}
