@@ -36,6 +36,8 @@ def _detail(kind: str, error: str) -> str:
 
 def _what(fault: faults.Fault, error: str) -> str:
     """"worker-2 did not answer (3 checks in 16 s)" for a lost node, else the fault's own description."""
+    if fault.kind == faults.NODE_LOST and fault.node and fault.detail.startswith("Slurm:"):
+        return f"Slurm took {fault.node} for dead ({fault.detail})"
     if fault.kind == faults.NODE_LOST and fault.node:
         numbers = _detail(fault.kind, error)
         return f"{fault.node} did not answer" + (f" ({numbers})" if numbers else "")
@@ -43,7 +45,8 @@ def _what(fault: faults.Fault, error: str) -> str:
 
 
 def decide(*, plan: dict, gone=(), dead=(), last_step=None, error: str = "", state: dict | None = None,
-           max_restarts: int = 0, min_nodes: int = 1, spares=(), now: float = 0.0) -> dict:
+           max_restarts: int = 0, min_nodes: int = 1, spares=(), now: float = 0.0, hung=(),
+           slurm: dict | None = None) -> dict:
     """Whether the failed attempt of ``plan``'s run starts again, and how.
 
     Args:
@@ -53,6 +56,9 @@ def decide(*, plan: dict, gone=(), dead=(), last_step=None, error: str = "", sta
         gone: the nodes that did not answer the last liveness check (the follower's silent_nodes), first the one
             that failed first.
         dead: the dead ranks, most likely cause first ({node, rank, what}: the dead_ranks filter).
+        hung: the ranks the hang watchdog named ([{rank, host, why}]: the follower's ``hung``), stuck first.
+        slurm: Slurm's record of the attempt's ended job (the follower's ``slurm_record``: JobState, Reason, and
+            FailedNode, the job's node Slurm holds down), or None.
         last_step: the last step the attempt logged (None: none).
         error: the follower's error line (its liveness numbers are quoted).
         state: ``-e train_restart`` of this attempt (None for the first): {"restarts": done, "exclude": nodes left
@@ -78,7 +84,8 @@ def decide(*, plan: dict, gone=(), dead=(), last_step=None, error: str = "", sta
         for r in range(int(plan["ranks"][h])):
             node_of_rank[start + r] = h
         start += int(plan["ranks"][h])
-    fault = faults.classify(unreachable=list(gone), dead=[dict(d) for d in dead], step=last_step,
+    fault = faults.classify(unreachable=list(gone), slurm=dict(slurm) if slurm else None,
+                            hung=[dict(h) for h in hung or []], dead=[dict(d) for d in dead], step=last_step,
                             node_of_rank=node_of_rank)
     verdict = faults.decide(fault, earlier, done, knobs["max_restarts"])
     numbers = _detail(fault.kind, error)
@@ -93,10 +100,6 @@ def decide(*, plan: dict, gone=(), dead=(), last_step=None, error: str = "", sta
     if not verdict.retry:
         return out
     what = _what(fault, error)
-    if plan.get("launcher") == "slurm":
-        out["reason"] = (f"not retried: {what}; a Slurm job (-e launcher=slurm) is recovered by Slurm's requeue, not "
-                         f"by train.yml")
-        return out
     if ckpt is None:
         out["reason"] = (f"not retried: {what}; the run has no complete checkpoint yet in {plan['paths']['out_dir']} "
                          f"to go on from (a run saves one every save_steps steps); start it again")

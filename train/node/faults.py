@@ -19,7 +19,8 @@ Interface (for the restart loop)::
 
 * ``unreachable``: nodes that did not answer the liveness check (the watch's ``silent_nodes``)    -> NODE_LOST
 * ``slurm``: Slurm's record of the ended job (``train.controller.progress.slurm_record``: ``JobState``, ``Reason``,
-  ``NodeList``); ``NODE_FAIL`` (a node Slurm took for dead) -> NODE_LOST, ``PREEMPTED`` -> PREEMPTED,
+  ``NodeList``; the follower adds ``FailedNode`` and ``FailedNodeReason``, the job's node Slurm holds down and the
+  reason given); ``NODE_FAIL`` (a node Slurm took for dead) -> NODE_LOST, ``PREEMPTED`` -> PREEMPTED,
   ``TIMEOUT`` (the job's time limit) -> TIME_LIMIT, ``OUT_OF_MEMORY`` -> RANK_KILLED
 * ``hung``: ranks the hang watchdog found stuck (``[{"rank", "host"}]``)                             -> HANG
 * ``late``: ranks not through the rendezvous in time (``rank_status.late_to_join``)                 -> RENDEZVOUS
@@ -190,7 +191,9 @@ def classify(*, unreachable=(), slurm: dict | None = None, hung=(), late=(), dea
         state, reason = str(slurm.get("JobState", "")), str(slurm.get("Reason", "") or "")
         said = f"Slurm: {state}" + (f", reason {reason}" if reason and reason != "None" else "")
         if state == "NODE_FAIL":
-            return base(NODE_LOST, str(slurm.get("FailedNode", "")), detail=said)
+            node = str(slurm.get("FailedNode", ""))
+            why = str(slurm.get("FailedNodeReason") or "")
+            return base(NODE_LOST, node, detail=said + (f"; {node} down: {why}" if node and why else ""))
         if state == "PREEMPTED":
             return base(PREEMPTED, detail=said)
         if state in ("TIMEOUT", "DEADLINE"):

@@ -89,13 +89,33 @@ def test_what_is_not_restarted_says_why(tmp_path, kw, says):
     assert d["reason"].startswith("not retried: ") and says in d["reason"], d["reason"]
 
 
-def test_no_checkpoint_yet_or_a_slurm_job_is_not_restarted(tmp_path):
+def test_no_checkpoint_yet_is_not_restarted(tmp_path):
     d = restart.decide(plan=plan(tmp_path), gone=["worker-2"], last_step=3, error=LOST, max_restarts=3)
     assert not d["retry"] and "has no complete checkpoint yet" in d["reason"]
+
+
+def test_a_slurm_job_whose_node_slurm_set_down_restarts_without_that_node(tmp_path):
+    """Slurm ended the job NODE_FAIL (it is submitted with --no-requeue) with worker-2 down while worker-2 still
+    answers ssh: the restart leaves worker-2 out (the follower's FailedNode)."""
     p = plan(tmp_path, launcher="slurm")
     complete_checkpoint(Path(p["paths"]["out_dir"]), 40, 3)
-    d = restart.decide(plan=p, gone=["worker-2"], last_step=47, error=LOST, max_restarts=3)
-    assert not d["retry"] and "recovered by Slurm's requeue" in d["reason"]
+    d = restart.decide(plan=p, last_step=47, max_restarts=3,
+                       slurm={"JobState": "NODE_FAIL", "Reason": "NodeDown", "FailedNode": "worker-2",
+                              "FailedNodeReason": "test"})
+    assert d["retry"] and d["extra_vars"]["train_restart"]["nodes"] == ["head-1", "worker-1"], d
+    assert d["line"] == ("fault: Slurm took worker-2 for dead (Slurm: NODE_FAIL, reason NodeDown; worker-2 down: "
+                         "test) — restart 1 of 3 from checkpoint-40 on head-1, worker-1 (world size 3 -> 2); "
+                         "worker-2 left out"), d["line"]
+
+
+def test_a_hang_restarts_without_the_stuck_ranks_node(tmp_path):
+    p = plan(tmp_path)
+    complete_checkpoint(Path(p["paths"]["out_dir"]), 40, 3)
+    d = restart.decide(plan=p, last_step=47, max_restarts=3, error="no new logged step for 31s ...",
+                       hung=[{"rank": 2, "host": "worker-2", "why": "wrote no stack: its process is stopped (state T)"}])
+    assert d["retry"] and d["extra_vars"]["train_restart"]["exclude"] == ["worker-2"]
+    assert d["line"].startswith("fault: rank 2 on worker-2 hung (wrote no stack: its process is stopped (state T)) — "
+                                "restart 1 of 3 from checkpoint-40 on head-1, worker-1 (world size 3 -> 2)"), d["line"]
 
 
 def test_the_same_exception_at_the_same_step_twice_is_not_restarted_a_third_time(tmp_path):

@@ -60,7 +60,7 @@ Options:
 Returns ``rc`` (the launcher's exit status), ``records`` (how many progress records were seen), ``last`` (the last
 record), ``log_tail``, for a Slurm job that ended ``slurm_record`` (Slurm's record of it) and, when it did not end
 COMPLETED, ``slurm_nodes`` (its nodes Slurm holds out of service, with their reason:
-train.controller.progress.slurm_nodes_in_trouble), and, when the last step was seen, ``end_s`` (seconds from its record to the job's end); after a node failed, also ``dead_host`` (the node named by the first failure line or the
+train.controller.progress.slurm_nodes_in_trouble; the first is the record's ``FailedNode``), and, when the last step was seen, ``end_s`` (seconds from its record to the job's end); after a node failed, also ``dead_host`` (the node named by the first failure line or the
 liveness check, or "" for the head's own launcher on one node), ``dead_line`` and ``dead_lines`` (that node's last
 log lines), and on every failure ``silent_nodes`` (the nodes that did not answer the last liveness check; not
 ``unreachable``, which would make Ansible take the head for unreachable: the
@@ -696,6 +696,9 @@ class ActionModule(AsyncFollowAction):
                 result["slurm_nodes"] = slurm.nodes_out_of_service()
                 said += "".join(f"; {x}" for x in (slurm_nodes_text(result["slurm_nodes"]), slurm_requeue_text(end))
                                 if x)
+                if result["slurm_nodes"]:  # the node to blame for NODE_FAIL (train.node.faults.classify)
+                    end = dict(end, FailedNode=result["slurm_nodes"][0]["node"],
+                               FailedNodeReason=result["slurm_nodes"][0]["reason"])
             display.display(said)
             result["slurm_record"] = end
         log_tail = self._tail(log_file, args["tail_lines"])
