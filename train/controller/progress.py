@@ -378,7 +378,10 @@ def _rate_text(steady, m: dict, average, last: dict) -> str:
         if isinstance(m.get("steady_tokens_per_second"), (int, float)):
             extra.append(f"{format_count(m['steady_tokens_per_second'])} tokens/s")
         if isinstance(m.get("steady_mfu"), (int, float)):
-            extra.append(f"MFU {100 * m['steady_mfu']:.1f} %")
+            peak = m.get("mfu_peak") if isinstance(m.get("mfu_peak"), dict) else {}
+            of = (f" of {peak['flops'] / 1e12:,.1f} TFLOP/s, {str(peak.get('source', '')).split(':')[0]}"
+                  if isinstance(peak.get("flops"), (int, float)) else "")
+            extra.append(f"MFU {100 * m['steady_mfu']:.1f} %{of}")
         parts.append(text + (f" ({', '.join(extra)})" if extra else ""))
     if isinstance(average, (int, float)):
         parts.append(f"{average:.1f} whole-run average (the Trainer's; start-up and compilation included)")

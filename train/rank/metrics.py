@@ -30,7 +30,7 @@ METRICS_KEYS = (
     "run_name", "model", "model_size", "job_file", "mode", "script", "model_type", "task",
     "world_size", "trainer_world_size", "ranks", "steps", "max_steps", "first_loss", "last_loss", "train_loss",
     "train_samples_per_second", "steady_samples_per_second", "steady_tokens_per_second", "steady_steps", "steady_mfu",
-    "node_step_s", "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
+    "mfu_peak", "node_step_s", "train_runtime_s", "wall_time_s", "global_batch_size", "per_device_train_batch_size",
     "gradient_accumulation_steps", "block_length", "dataset_blocks", "vocab_size", "vocab_size_requested",
     "n_parameters", "model_uses_num_items_in_batch", "eval", "eval_loss", "perplexity", "deepspeed_config",
     "source_fingerprint", "versions", "attempts",
@@ -190,6 +190,7 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         or (round(progress.global_batch_size * (steps - progress.start_step) / elapsed, 3) if elapsed else None),
         **steady,
         "steady_mfu": None,
+        "mfu_peak": None,
         # each node's median step time (its ranks' own compute per step: train/common/stragglers.py); null on one rank
         "node_step_s": node_medians(records) or None,
         "train_runtime_s": finite_number(summary.get("train_runtime")),
@@ -220,9 +221,11 @@ def build_metrics(*, args, state, model, progress, ranks: list[dict], identity: 
         from train.common import flops
 
         layers, hidden = flops.model_shape(config.to_dict() if config is not None else {})
+        gpu = torch.cuda.get_device_name()  # the driver's name, as NVML gives it
         mfu = flops.mfu(metrics["steady_tokens_per_second"] / metrics["world_size"], metrics["n_parameters"],
-                        layers, hidden, metrics["block_length"], torch.cuda.get_device_name())
+                        layers, hidden, metrics["block_length"], gpu)
         metrics["steady_mfu"] = round(mfu, 4) if mfu is not None else None
+        metrics["mfu_peak"] = flops.peak_of(gpu)  # {gpu, flops, source}: the peak the MFU is of
     try:
         import deepspeed
 

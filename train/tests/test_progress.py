@@ -129,10 +129,11 @@ def test_the_summary_times_the_end_of_the_run_when_it_is_known(tmp_path):
 def test_the_summary_names_the_steady_rate_and_the_whole_run_average(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({
         "steps": 60, "max_steps": 60, "train_samples_per_second": 478.04, "steady_samples_per_second": 1140.21,
-        "steady_tokens_per_second": 583787.5, "steady_steps": [10, 60], "steady_mfu": 0.5271, "wall_time_s": 90}))
+        "steady_tokens_per_second": 583787.5, "steady_steps": [10, 60], "steady_mfu": 0.5271, "wall_time_s": 90,
+        "mfu_peak": {"gpu": "NVIDIA H200", "flops": 790e12, "source": "measured: a large bf16 matmul"}}))
     rate = [line for line in summary_lines(tmp_path, "r") if line.startswith("samples/s")]
-    assert rate == ["samples/s    1140.2 steady (steps 10-60, 584 k tokens/s, MFU 52.7 %); 478.0 whole-run average "
-                    "(the Trainer's; start-up and compilation included)"]
+    assert rate == ["samples/s    1140.2 steady (steps 10-60, 584 k tokens/s, MFU 52.7 % of 790.0 TFLOP/s, measured); "
+                    "478.0 whole-run average (the Trainer's; start-up and compilation included)"]
 
 
 def test_the_summary_of_a_failed_run_without_metrics_uses_its_progress(tmp_path):

@@ -30,16 +30,28 @@ def test_steady_rate_starts_at_a_quarter_of_the_run_and_leaves_the_compilation_o
     assert steady_rate([{"step": 3, "elapsed_s": 2.0}, {"step": 3, "elapsed_s": 2.0}], 64) == none
 
 
-def test_mfu_is_the_formula_over_the_measured_peak_of_known_gpus_only():
+def test_mfu_is_the_formula_over_the_peak_of_the_gpu_named_by_the_driver():
     # BERT-base at seq 512 (N = 109.5 M with the MLM head, L 12, h 768): 6N + 12 L h s FLOPs per token
     per_token = flops.model_flops_per_token(109_514_298, 12, 768, 512)
     assert per_token == 6 * 109_514_298 + 12 * 12 * 768 * 512
     got = flops.mfu(583_787.5, 109_514_298, 12, 768, 512, "NVIDIA H200")
     assert got == pytest.approx(per_token * 583_787.5 / 790e12) and 0.52 < got < 0.53
-    assert flops.mfu(583_787.5, 109_514_298, 12, 768, 512, "NVIDIA A10G") is None  # no measured peak
+    assert flops.mfu(583_787.5, 109_514_298, 12, 768, 512, "NVIDIA A10G") is None  # not an A10: not in the table
     assert flops.mfu(None, 109_514_298, 12, 768, 512, "NVIDIA H200") is None
     assert flops.model_shape({"n_layer": 12, "n_embd": 768}) == (12, 768)
     assert flops.model_shape({"num_hidden_layers": 2, "hidden_size": 64}) == (2, 64)
+    # the names NVML and torch give (nvmlDeviceGetName): the more specific entry wins, a longer model is not a shorter
+    expected = {"NVIDIA H200": 790e12, "NVIDIA H200 NVL": 835.5e12, "NVIDIA GH200 480GB": 989.4e12,
+                "NVIDIA H100 80GB HBM3": 989.4e12, "NVIDIA H100 PCIe": 756.5e12, "NVIDIA H100 NVL": 835.5e12,
+                "NVIDIA A100-SXM4-80GB": 312e12, "NVIDIA A100 80GB PCIe": 312e12, "NVIDIA L40S": 362.05e12,
+                "NVIDIA L40": 181.05e12, "NVIDIA L4": 121e12, "NVIDIA B200": 2.25e15, "NVIDIA GB200": 2.5e15,
+                "NVIDIA A10": 125e12, "NVIDIA A10G": None, "NVIDIA GeForce RTX 4090": None, None: None}
+    assert {name: flops.peak_flops(name) for name in expected} == expected
+    h100 = flops.peak_of("NVIDIA H100 80GB HBM3")
+    assert h100["gpu"] == "NVIDIA H100 80GB HBM3" and h100["source"].startswith("datasheet: NVIDIA H100 SXM5")
+    assert flops.peak_of("NVIDIA H200")["source"].startswith("measured")
+    h100_mfu = flops.mfu(583_787.5, 109_514_298, 12, 768, 512, "NVIDIA H100 80GB HBM3")
+    assert h100_mfu == pytest.approx(per_token * 583_787.5 / 989.4e12)
 
 
 class Clock:

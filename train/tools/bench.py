@@ -303,10 +303,19 @@ def _fmt(value, spec=""):
     return "—" if value is None else format(value, spec)
 
 
+def _peak_text(report: dict) -> str:
+    """", here X TFLOP/s for <gpu> (<source>)" for the report's GPU; "" when the report has none (older reports, or
+    a GPU not in train/common/flops.py PEAKS: every MFU is then "—")."""
+    peak = report.get("mfu_peak")
+    if not peak:
+        return f" ({report.get('gpu')} is not in its table: no MFU)" if report.get("gpu") else ""
+    return f", here {peak['flops'] / 1e12:,.1f} TFLOP/s for {peak['gpu']} ({peak['source']})"
+
+
 def markdown(report: dict) -> str:
     """The table and notes of a report dict (report())."""
     lines = [f"# GPU benchmark {report['date']}: {report['gpu']}", "",
-             f"Command: `{report['command']}` at commit {report['commit']}. {report['mfu_formula']}; N counts every "
+             f"Command: `{report['command']}` at commit {report['commit']}. {report['mfu_formula']}{_peak_text(report)}; N counts every "
              "parameter (embeddings included), s = tokens per sample. Steady state: between the end of step "
              "max_steps/4 (a resumed run: a quarter into the steps after its checkpoint's) and the last step, the GPU "
              "synchronised at both ends.", "",
@@ -406,6 +415,7 @@ def report(runs: list[dict], *, command: str, commit: str, notes: list[str] | No
     versions = next((r["versions"] for r in rows if r["versions"]), None)
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "gpu": gpu,
             "command": command, "commit": commit, "mfu_formula": flops.MFU_FORMULA, "peak_flops": flops.peak_flops(gpu),
+            "mfu_peak": flops.peak_of(gpu),
             "versions": versions, "runs": rows, "scaling": scaled, "targets": targets, "notes": notes or [],
             "imports": imports}
 

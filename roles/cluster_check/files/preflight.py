@@ -13,7 +13,8 @@ IN.json for ``nodes``::
      "job": {"precision": "bf16", "offload_optimizer": "cpu", ...} or null,
      "checkpoints": the plan's checkpoints ({bytes, kept, peak}) or null, "checkpoint_space_refuses": true,
      "package_lock_refuses": true,                                # false: packages off the lock only warn
-     "shares": {"local_ssd_dir": {"worker-1": ["head-1", "worker-1"], ...}, "runs_dir": {...}}}  # see shared_dirs
+     "shares": {"local_ssd_dir": {"worker-1": ["head-1", "worker-1"], ...}, "runs_dir": {...}},  # see shared_dirs
+     "health": the node health judge's settings (files/health.py judge) or null: each report's "health" readings}
 
 IN.json for ``health``: {"results": <allreduce.py output>, "min_busbw_gbps": 1.0, "relative": 0.5,
 "gpu_relative": 0.8} (relative: pairs of nodes against the fastest pair; gpu_relative: pairs of GPUs of a node).
@@ -25,8 +26,20 @@ Prints the table (and notes, and warnings prefixed ``warning:``) on stdout (``--
 
 import argparse
 import collections
+import importlib.util
 import json
+import os
 import sys
+
+
+def _load_health():
+    """files/health.py beside this file (the node health judge), loaded by path: the action plugin loads this file by
+    path too, so no package import works here."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "health.py")
+    spec = importlib.util.spec_from_file_location("dsc_cluster_check_health", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 # Columns of the parity table: (title, report key, how to fix a node that differs).
 PARITY = (
@@ -383,8 +396,17 @@ def check_nodes(data):
     if data.get("run_name"):
         problems += busy(reports, hosts, head, data["run_name"], data.get("master_port"))
     text = table(["node"] + [title for title, _, _ in PARITY] + ["lock"], rows)
+    blocks = [text]
+    if data.get("health"):  # every node's GPU, network and host readings (node_health), judged by files/health.py
+        health = _load_health()
+        settings = data["health"]
+        health_problems, health_warnings, per_host = health.judge(reports, hosts, settings)
+        problems += health_problems
+        warnings += health_warnings
+        blocks.append("\n" + health.node_tables(reports, hosts, per_host, settings, table) if settings.get("tables")
+                      else health.summary_line(hosts, per_host, reports))
     data["in_place"] = in_place  # main(--json) gives it to the staging
-    return "\n".join([text] + notes + ["warning: " + w for w in warnings]), problems
+    return "\n".join(blocks + notes + ["warning: " + w for w in warnings]), problems
 
 
 def _gpu_health(gpus, relative):

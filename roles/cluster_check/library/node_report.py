@@ -53,6 +53,14 @@ options:
         requirement a line); the venv's installed distributions are checked against it. C("") checks none.
     type: path
     default: ""
+  health:
+    description:
+      - The node health readings (module_utils/node_health.py read_health), returned as C(health); {} reads none.
+      - C(gpus) (bool) reads the GPUs through NVML and the kernel log's Xid errors; C(dcgm_level) (int, 0 = none) runs
+        C(dcgmi diag -r N); C(env) ({name - value}) is the node environment's NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME,
+        NCCL_IB_DISABLE and NCCL_IB_HCA (what the ranks will get), returned in the readings.
+    type: dict
+    default: {}
 author: deepspeed-cluster
 """
 
@@ -120,6 +128,10 @@ lock:
   type: dict
   sample: {"file": "/opt/venv/dsc-lock.txt", "found": true, "pins": {"accelerate": "==1.15.0"},
            "differs": [{"name": "accelerate", "expected": "==1.15.0", "found": null}]}
+health:
+  description: The node health readings (module_utils/node_health.py read_health), judged by files/health.py.
+  returned: when health is not {}
+  type: dict
 """
 
 # File-system types whose data lives on another machine (a dataset cache or build directory there is shared by
@@ -422,7 +434,8 @@ def main():
                                           "accelerator": {"type": "str", "choices": ["cpu", "cuda"], "default": "cpu"},
                                           "paths": {"type": "dict", "default": {}},
                                           "master_port": {"type": "int", "default": 0},
-                                          "lock": {"type": "path", "default": ""}},
+                                          "lock": {"type": "path", "default": ""},
+                                          "health": {"type": "dict", "default": {}}},
                            supports_check_mode=True)
     refuse_other_python(module, "node_report")
     try:
@@ -430,6 +443,13 @@ def main():
                              module.params["lock"])
     except PathError as exc:
         module.fail_json(msg=str(exc))
+    health = module.params["health"]
+    if health:
+        from ansible.module_utils.node_health import read_health
+
+        env = {name: str(value) for name, value in (health.get("env") or {}).items() if value not in (None, "")}
+        report["health"] = read_health(gpus=bool(health.get("gpus")), dcgm_level=int(health.get("dcgm_level") or 0),
+                                       environ=env)
     module.exit_json(changed=False, **report)
 
 
