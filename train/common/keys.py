@@ -364,21 +364,47 @@ def table() -> str:
     return "\n".join([*rows, "", TABLE_END])
 
 
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    """``text`` with the part from the line ``begin`` to the line ``end`` replaced by ``body`` (which holds both).
+
+    Raises ValueError when the page lacks the markers."""
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the page has no {begin!r} ... {end!r} block")
+    return text[:start] + body + text[stop + len(end):]
+
+
 def replace_table(text: str) -> str:
     """``text`` (a docs page) with the part from TABLE_BEGIN to TABLE_END replaced by :func:`table`.
 
     Raises ValueError when the page lacks the markers."""
-    start, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
-    if start < 0 or end < start:
-        raise ValueError(f"the page has no {TABLE_BEGIN!r} ... {TABLE_END!r} block")
-    return text[:start] + table() + text[end + len(TABLE_END):]
+    return replace_between(text, TABLE_BEGIN, TABLE_END, table())
+
+
+def write_table(page: str, begin: str, end: str, body: str) -> int:
+    """Replace the block from ``begin`` to ``end`` in the file ``page`` by ``body`` (a temp file, then os.replace:
+    the page is never half-written). Returns the exit status: 0, or 2 with one line on stderr for a page that does
+    not read or lacks the markers."""
+    import os
+    import tempfile
+
+    try:
+        with open(page, encoding="utf-8") as f:
+            text = replace_between(f.read(), begin, end, body)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc} ({page}); add the two marker lines where the table goes", file=sys.stderr)
+        return 2
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(page)), prefix=".table-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, page)
+    return 0
 
 
 def main(args=None) -> int:
     """``table`` prints the key table; ``table --write PAGE`` replaces it in PAGE (temp file + os.replace)."""
     import argparse
-    import os
-    import tempfile
 
     parser = argparse.ArgumentParser(prog="python -m train.common.keys", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["table"])
@@ -387,19 +413,10 @@ def main(args=None) -> int:
     if not opts.write:
         print(table())
         return 0
-    try:
-        with open(opts.write, encoding="utf-8") as f:
-            text = replace_table(f.read())
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc} ({opts.write}); add the two marker lines where the table goes", file=sys.stderr)
-        return 2
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(opts.write)), prefix=".keys-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, opts.write)
-    print(f"wrote the table of {len(KEYS)} job keys to {opts.write}")
-    return 0
+    status = write_table(opts.write, TABLE_BEGIN, TABLE_END, table())
+    if status == 0:
+        print(f"wrote the table of {len(KEYS)} job keys to {opts.write}")
+    return status
 
 
 if __name__ == "__main__":

@@ -79,3 +79,21 @@ def test_the_listing_prints_every_knob():
                          timeout=60, check=True).stdout
     rows = {line.split("\t")[0]: line.split("\t") for line in out.splitlines()}
     assert set(rows) == set(K.load()) and rows["train_end_timeout_s"][1:3] == ["float", "[0, inf)"]
+
+
+def test_the_docs_knob_table_is_the_generated_one(tmp_path):
+    """docs/training.md holds exactly the table `python -m train.controller.knobs table` prints (regenerate it with
+    `python -m train.controller.knobs table --write docs/training.md`); --write replaces only that block."""
+    from train.common.keys import replace_between
+
+    page = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    table = K.table()
+    assert replace_between(page, K.TABLE_BEGIN, K.TABLE_END, table) == page, \
+        "docs/training.md's knob table is stale: run `python -m train.controller.knobs table --write docs/training.md`"
+    assert "| `train_end_timeout_s` | float in [0, inf) | `1800` | train_launch |" in page
+    copy = tmp_path / "page.md"
+    copy.write_text(f"before\n{K.TABLE_BEGIN}\nstale rows\n{K.TABLE_END}\nafter\n")
+    done = subprocess.run([sys.executable, "-m", "train.controller.knobs", "table", "--write", str(copy)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert copy.read_text() == f"before\n{table}\nafter\n"
