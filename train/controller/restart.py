@@ -25,13 +25,22 @@ import re
 
 from train.node import checkpoints, faults
 
-_LIVENESS = re.compile(r"(\d+) checks in a row over (\d+(?:\.\d+)?)\s*s")
+# the follower's line for a lost node: "..., 3 checks in a row over 16s" (train.controller.progress.format_duration:
+# 16s, 1m02s, 1h05m)
+_LIVENESS = re.compile(r"(\d+) checks in a row over ((?:\d+h)?(?:\d+m)?(?:\d+(?:\.\d+)?s)?)")
+
+
+def _seconds(text: str) -> float | None:
+    """Seconds of a format_duration text ("16s", "1m02s", "1h05m"), None for an empty one."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", text)
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts) if parts else None
 
 
 def _detail(kind: str, error: str) -> str:
     """The liveness check's own numbers for a lost node ("3 checks in 16 s"), else ""."""
     m = _LIVENESS.search(error or "") if kind == faults.NODE_LOST else None
-    return f"{m.group(1)} checks in {float(m.group(2)):.0f} s" if m else ""
+    seconds = _seconds(m.group(2)) if m else None
+    return f"{m.group(1)} checks in {seconds:.0f} s" if seconds is not None else ""
 
 
 def _what(fault: faults.Fault, error: str) -> str:
@@ -92,7 +101,7 @@ def decide(*, plan: dict, gone=(), dead=(), last_step=None, error: str = "", sta
     ckpt = checkpoints.latest_complete(plan["paths"]["out_dir"])
     ckpt_step = checkpoints.step_of(ckpt) if ckpt is not None else None
     record = {"attempt": done + 1, "fault": fault.as_dict(), "noticed_at": round(float(now), 3),
-              "detect_s": float(_LIVENESS.search(error).group(2)) if numbers else None,
+              "detect_s": _seconds(_LIVENESS.search(error).group(2)) if numbers else None,
               "checkpoint_step": ckpt_step,
               "steps_lost": (int(last_step) - (ckpt_step or 0)) if last_step is not None else None,
               "nodes": hosts, "world_size": int(plan["world_size"])}

@@ -118,6 +118,14 @@ def test_a_hang_restarts_without_the_stuck_ranks_node(tmp_path):
                                 "restart 1 of 3 from checkpoint-40 on head-1, worker-1 (world size 3 -> 2)"), d["line"]
 
 
+def test_a_liveness_bound_over_a_minute_is_read_whole(tmp_path):
+    p = plan(tmp_path)
+    complete_checkpoint(Path(p["paths"]["out_dir"]), 40, 3)
+    d = restart.decide(plan=p, gone=["worker-2"], last_step=47, error=LOST.replace("16s", "1m02s"), max_restarts=3)
+    assert "worker-2 did not answer (3 checks in 62 s)" in d["line"]
+    assert d["record"]["detect_s"] == 62.0
+
+
 def test_the_same_exception_at_the_same_step_twice_is_not_restarted_a_third_time(tmp_path):
     p = plan(tmp_path)
     complete_checkpoint(Path(p["paths"]["out_dir"]), 40, 3)
