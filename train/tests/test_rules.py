@@ -103,3 +103,18 @@ def test_a_test_module_that_starts_ansible_itself_is_marked_slow():
                 unmarked.append(str(path.relative_to(REPO)))
     assert {"test_end_to_end.py", "test_train_yml_plan.py"} <= set(starts), starts  # the checker still sees them
     assert not unmarked, "mark these slow (they run ansible-playbook): " + ", ".join(unmarked)
+
+
+def test_every_play_sets_any_errors_fatal():
+    """A node that fails stops the others: every play of the entry playbooks and playbooks/ says any_errors_fatal."""
+    import yaml
+
+    plays, loose = 0, []
+    for path in [REPO / "site.yml", REPO / "train.yml", *sorted((REPO / "playbooks").glob("*.yml"))]:
+        for play in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+            if "hosts" not in play:
+                continue  # an import_playbook line
+            plays += 1
+            if play.get("any_errors_fatal") is not True:
+                loose.append(f"{path.relative_to(REPO)}: {play.get('name')}")
+    assert plays >= 10 and not loose, "set any_errors_fatal: true on: " + ", ".join(loose)
