@@ -51,7 +51,7 @@ def test_the_lock_file_is_the_one_python_env_writes():
     assert python_env["_python_env_lock_file"] == cluster_check["_cluster_check_lock_file"] \
         == "{{ venv_dir }}/dsc-lock.txt"
     install = (ROLES / "python_env" / "tasks" / "packages.yml").read_text()
-    assert 'name: "{{ _python_env_pinned }}"' in install and "{{ _python_env_lock | join('\\n') }}" in install
+    assert 'name: "{{ _python_env_pinned }}"' in install and "{{ _python_env_lock | join('\\n') }}\\n\"" in install
 
 
 def test_the_installed_distributions_are_importlib_metadatas_with_pep503_names():
