@@ -452,7 +452,7 @@ def fault_text(record: dict) -> str:
 
 
 def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
-                  end: dict | None = None, straggler: dict | None = None) -> list[str]:
+                  end: dict | None = None, straggler: dict | None = None, stopped: str = "") -> list[str]:
     """The end-of-run summary table of a run's results on the controller, as aligned lines.
 
     Args:
@@ -464,6 +464,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
             results back (:func:`end_text`); the row is left out when neither is known.
         straggler: {ratio, intervals}, the follower's (train_straggler_ratio, train_straggler_intervals): the
             "step time" row names the nodes it would have named (:func:`step_time_text`); default 1.2 and 3.
+        stopped: what stopped the run on request (``ansible-playbook train.yml -e stop=<run>``), "" when nothing
+            did: the first line then says it was stopped, not that it failed.
 
     Reads what is there, never assumes it: metrics.json (steps, world size, losses, samples/s, wall time; without
     it the last logged step of progress.jsonl), the ``checkpoint-*`` directories, ``runs/`` (TensorBoard event
@@ -538,7 +540,8 @@ def summary_lines(out_dir: str | Path, run_name: str = "", failed: bool = False,
 
     width = max(len(k) for k, _ in rows + [("results", "")])
     stop = next((r for r in reversed(records) if r.get("event") == "stop_request"), None)
-    state = ("FAILED, what came back" if failed
+    state = (f"stopped ({stopped}), what came back" if stopped
+             else "FAILED, what came back" if failed
              else (f"stopped at step {stop.get('step')} before the Slurm job's time limit, its checkpoint saved; go on "
                    f"with ansible-playbook train.yml -e resume={run_name or stop.get('run') or out.name}")
              if stop is not None and m

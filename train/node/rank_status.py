@@ -15,7 +15,8 @@ rank whose file says null or ``error: ...`` on the node that failed first is the
 (:func:`dead_ranks`); the playbook reads the files from there (roles/train_launch/tasks/stop.yml).
 
 Also the one finder of a run's processes (:func:`run_processes`: its run directory ``<runs>/<run>/`` in their command
-line), used by the stop (:func:`stop_run`), the preflight's "one run at a time" and the cluster tests; and the
+line), used by the stop (:func:`stop_run`), the preflight's "one run at a time" and the cluster tests; the head's
+claim on the cluster (:func:`claim`, :func:`release`: one train.yml at a time from the preflight to the launch); and the
 follower's liveness check (:func:`check_nodes`: from the head, over the cluster's ssh mesh with short timeouts, does
 every node answer and do its ranks live). The playbooks run the controller's copy of this file on the nodes, its
 source on ``python -``'s stdin (roles/cluster_check's preflight, roles/train_launch's stop.yml), not the code staged
@@ -25,6 +26,7 @@ there, which may be older. Standard library only (it runs as a plain script too)
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shlex
@@ -247,6 +249,145 @@ def run_processes(runs_dir: str, run: str | None = None, proc: str = "/proc") ->
     return runs
 
 
+#: the head's claim on the cluster, ``<runs_dir>/CLAIM_FILE``: ``{"run", "pid", "pid_start", "since", "by"}``
+CLAIM_FILE = ".claim.json"
+#: flock(2)ed while a claim is read and taken or released: two train.yml in the same second take turns
+CLAIM_LOCK = ".claim.lock"
+
+
+def _process_start(pid) -> str | None:
+    """The start time of process ``pid`` (``/proc/<pid>/stat``'s 22nd field, clock ticks since boot: with the pid,
+    it names one process, whatever pid is reused later), or None when there is no such process or it is a zombie."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _read_claim(runs_dir: str) -> dict | None:
+    try:
+        record = json.loads((Path(runs_dir) / CLAIM_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("run") else None
+
+
+def claim_state(runs_dir: str, record: dict | None) -> str | None:
+    """Whether a claim (:func:`claim`'s record) still holds: ``"claimed"`` while its holder process lives (its
+    train.yml plans, checks or stages the run: nothing launched yet), ``"running"`` while the run it names has a
+    process on this node (:func:`run_processes`), None when neither (stale: its train.yml failed, was interrupted
+    or the run ended; the next claim takes its place)."""
+    if not record:
+        return None
+    start = _process_start(record.get("pid"))
+    if start is not None and start == record.get("pid_start"):
+        return "claimed"
+    if run_processes(runs_dir, str(record["run"])).get(str(record["run"])):
+        return "running"
+    return None
+
+
+def _hold(path: Path, run: str, until: float) -> None:
+    """The holder's life: until ``until`` (time.monotonic) or until the claim file no longer names it (released)."""
+    me = os.getpid()
+    while time.monotonic() < until:
+        time.sleep(1)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        if record.get("run") != run or record.get("pid") != me:
+            return
+
+
+def claim(runs_dir: str, run: str, by: str, hold_s: float) -> dict:
+    """Claim the cluster for ``run`` on its head, atomically: under an exclusive flock of ``<runs_dir>/CLAIM_LOCK``,
+    a claim that still holds (:func:`claim_state`) refuses it; else a holder process (detached: its own session,
+    no terminal, stdio on /dev/null) writes ``<runs_dir>/CLAIM_FILE`` naming ``run`` and itself (temporary file and
+    os.replace) and lives on while the claim must hold: until :func:`release` (the launch hands the claim to the
+    run's processes; a failed preflight or -e stop= ends it) or ``hold_s`` seconds (a train.yml that died before
+    its launch blocks the cluster no longer than that).
+
+    Args:
+        runs_dir: the head's run directories' parent (created if missing); run: the run's name.
+        by: who claims (shown to a refused run: user and controller).
+        hold_s: seconds the holder lives at most.
+
+    Returns:
+        ``{"claimed": True, "pid": holder pid}``, or ``{"claimed": False, "claim": the record that holds, "state":
+        claim_state's}``. Raises OSError when the runs directory cannot be written.
+    """
+    Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(runs_dir) / CLAIM_FILE
+    with open(Path(runs_dir) / CLAIM_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = _read_claim(runs_dir)
+        state = claim_state(runs_dir, current)
+        if state is not None:
+            return {"claimed": False, "claim": current, "state": state}
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        until = time.monotonic() + float(hold_s)
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # the holder: detached (a second fork, out of the caller's session), then it writes the claim
+            try:
+                os.close(r)
+                os.setsid()
+                if os.fork() == 0:
+                    null = os.open(os.devnull, os.O_RDWR)
+                    for fd in (0, 1, 2):
+                        os.dup2(null, fd)
+                    lock.close()  # the flock stays the caller's until it returns
+                    record = {"run": run, "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
+                              "since": since, "by": by}
+                    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(record))
+                    os.replace(tmp, path)
+                    os.write(w, str(os.getpid()).encode())
+                    os.close(w)
+                    _hold(path, run, until)
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.waitpid(child, 0)
+        with os.fdopen(r) as f:
+            said = f.read().strip()
+        if not said:
+            raise OSError(f"the claim's holder could not write {path}")
+        return {"claimed": True, "pid": int(said)}
+
+
+def release(runs_dir: str, run: str) -> dict:
+    """End ``run``'s claim on this node, if it holds one: its holder is sent SIGTERM, and the claim file is removed
+    unless the run has processes here (after the launch they hold the claim until they end).
+
+    Returns ``{"released": bool (the claim named the run), "held": bool (its holder was alive: the run's
+    train.yml had not launched it yet), "running": bool (its processes keep the claim)}``.
+    """
+    path = Path(runs_dir) / CLAIM_FILE
+    if not path.exists():
+        return {"released": False, "held": False, "running": False}
+    with open(Path(runs_dir) / CLAIM_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _read_claim(runs_dir)
+        if not record or record.get("run") != run:
+            return {"released": False, "held": False, "running": False}
+        start = _process_start(record.get("pid"))
+        held = start is not None and start == record.get("pid_start")
+        if held:
+            try:
+                os.kill(int(record["pid"]), signal.SIGTERM)
+            except OSError:
+                pass
+        running = bool(run_processes(runs_dir, run).get(run))
+        if not running:
+            path.unlink(missing_ok=True)
+        return {"released": True, "held": held, "running": running}
+
+
+
 def _args_of(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -260,7 +401,8 @@ def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0, kill_wait_s: flo
     for what is left, up to ``kill_wait_s`` seconds for that to take, then look again.
 
     Returns ``{"stopped": bool (there was something to stop), "left": [[pid, command line], ...]}`` -- ``left`` is
-    empty unless a process survived SIGKILL (e.g. stuck in the kernel).
+    empty unless a process survived SIGKILL (e.g. stuck in the kernel). The run's claim on the cluster
+    (:func:`claim`), where this node holds it, is released too: a run stopped before its launch had only that.
     """
     def pids():
         return run_processes(runs_dir, run).get(run, [])
@@ -285,7 +427,8 @@ def stop_run(runs_dir: str, run: str, term_wait_s: float = 5.0, kill_wait_s: flo
             deadline = time.monotonic() + kill_wait_s
             while pids() and time.monotonic() < deadline:
                 time.sleep(0.1)
-    return {"stopped": bool(found), "left": [[pid, _args_of(pid)] for pid in pids()]}
+    held = release(runs_dir, run)["held"]
+    return {"stopped": bool(found) or held, "left": [[pid, _args_of(pid)] for pid in pids()]}
 
 
 def fan_out(nodes: list[dict], remote, local, timeout_s: float = 5.0, answer_within_s: float | None = None,
@@ -435,13 +578,15 @@ def main(argv: list[str] | None = None) -> int:
     * ``read RUNS_DIR RUN FIRST COUNT``: read_node's records for ``RUNS_DIR/RUN/ranks``;
     * ``processes RUNS_DIR [RUN]``: run_processes' ``{run: [pid, ...]}``;
     * ``stop RUNS_DIR RUN``: stop_run's result; exit code 3 when a process is left;
-    * ``check RUNS_DIR RUN NODES_JSON TIMEOUT_S``: check_nodes' result (NODES_JSON: its ``nodes``).
+    * ``check RUNS_DIR RUN NODES_JSON TIMEOUT_S``: check_nodes' result (NODES_JSON: its ``nodes``);
+    * ``claim RUNS_DIR RUN HOLD_S BY``: claim's result (the holder goes on after this command returns);
+    * ``release RUNS_DIR RUN``: release's result.
 
     Wrong arguments: a usage line on stderr and exit code 2.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: rank_status.py read RUNS_DIR RUN FIRST_RANK COUNT | processes RUNS_DIR [RUN] | stop RUNS_DIR RUN"
-             " | check RUNS_DIR RUN NODES_JSON TIMEOUT_S")
+             " | check RUNS_DIR RUN NODES_JSON TIMEOUT_S | claim RUNS_DIR RUN HOLD_S BY | release RUNS_DIR RUN")
     what, rest = (args[0], args[1:]) if args else ("", [])
     try:
         if what == "read" and len(rest) == 4:
@@ -452,6 +597,10 @@ def main(argv: list[str] | None = None) -> int:
             result = stop_run(rest[0], rest[1])
         elif what == "check" and len(rest) == 4:
             result = check_nodes(json.loads(rest[2]), rest[0], rest[1], float(rest[3]))
+        elif what == "claim" and len(rest) == 4:
+            result = claim(rest[0], rest[1], rest[3], float(rest[2]))
+        elif what == "release" and len(rest) == 2:
+            result = release(rest[0], rest[1])
         else:
             print(usage, file=sys.stderr)
             return 2

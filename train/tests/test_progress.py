@@ -146,6 +146,9 @@ def test_the_summary_of_a_failed_run_without_metrics_uses_its_progress(tmp_path)
                          "samples/s    26.7 at the last logged step", "wall time    12s"]
     assert "checkpoints  none kept" in lines
     assert summary_lines(tmp_path, "r")[0] == "run r: ended without a metrics.json (see train.log and logs/)"
+    # stopped with -e stop= from another shell: said as such, not as a failure
+    assert summary_lines(tmp_path, "r", failed=False, stopped="ansible-playbook train.yml -e stop=r")[:2] == [
+        "run r: stopped (ansible-playbook train.yml -e stop=r), what came back", "steps        10 of 50"]
 
 
 def test_a_slurm_job_is_shown_pending_with_its_reason_and_place_then_running():

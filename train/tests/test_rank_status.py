@@ -259,3 +259,92 @@ def test_check_nodes_reads_the_local_node_and_reports_nodes_that_do_not_answer_w
         silent.close()
         proc.kill()
         proc.wait()
+
+
+def _claim_cmd(runs, run, hold_s=60):
+    """`python - claim RUNS RUN HOLD_S BY` as the preflight runs it: rank_status.py's source on stdin."""
+    return subprocess.Popen([sys.executable, "-", "claim", str(runs), run, str(hold_s), f"me@ctl-{run}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_two_claims_in_the_same_moment_one_wins_the_other_names_it_and_release_ends_the_holder(tmp_path):
+    """Real processes: two `claim` commands started together for runs a and b (their source written to both stdins
+    at once): exactly one claims the cluster, its holder process outlives the command, and the other is refused
+    naming the winner's run and who claimed; `release` ends the holder and removes the claim, and a new claim then
+    wins."""
+    runs = tmp_path / "runs"
+    source = (REPO / "train" / "node" / "rank_status.py").read_text()
+    for attempt in range(2):  # two rounds of the race, each with its own runs directory
+        runs = tmp_path / f"runs{attempt}"
+        procs = {run: _claim_cmd(runs, run) for run in ("a", "b")}
+        outs = {run: p.communicate(source, timeout=30) for run, p in procs.items()}
+        for run, p in procs.items():
+            assert p.returncode == 0, outs[run]
+        said = {run: json.loads(out) for run, (out, _) in outs.items()}
+        winners = [run for run, r in said.items() if r["claimed"]]
+        assert len(winners) == 1, said
+        won, lost = winners[0], ({"a", "b"} - set(winners)).pop()
+        holder = said[won]["pid"]
+        assert _alive(holder)
+        assert said[lost]["state"] == "claimed" and said[lost]["claim"]["run"] == won, said
+        assert said[lost]["claim"]["by"] == f"me@ctl-{won}" and said[lost]["claim"]["pid"] == holder
+        record = json.loads((runs / ".claim.json").read_text())
+        assert record["run"] == won and record["pid"] == holder
+        out = subprocess.run([sys.executable, "-m", "train.node.rank_status", "release", str(runs), won], cwd=REPO,
+                             capture_output=True, text=True, check=True)
+        assert json.loads(out.stdout) == {"released": True, "held": True, "running": False}
+        deadline = time.monotonic() + 10
+        while _alive(holder) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(holder) and not (runs / ".claim.json").exists()
+        again = _claim_cmd(runs, lost)
+        out, err = again.communicate(source, timeout=30)
+        assert json.loads(out)["claimed"], (out, err)
+        subprocess.run([sys.executable, "-m", "train.node.rank_status", "release", str(runs), lost], cwd=REPO,
+                       check=True, capture_output=True)
+
+
+def test_a_claim_holds_while_its_run_runs_and_is_stale_once_holder_and_run_are_gone(tmp_path):
+    """A claim whose holder was killed (its train.yml gone) but whose run has a process here still holds
+    ("running"); once that process ends, the claim is stale and the next run claims the cluster. A holder ends by
+    itself after HOLD_S (a train.yml that died before its launch), and -e stop='s `stop` ends a claim-only run."""
+    from train.node.rank_status import claim, claim_state, _read_claim
+
+    runs = tmp_path / "runs"
+    first = claim(str(runs), "a", "me@ctl", 60)
+    assert first["claimed"]
+    os.kill(first["pid"], signal.SIGKILL)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{runs}/a/job.json"])
+    try:
+        deadline = time.monotonic() + 10
+        while _alive(first["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        refused = claim(str(runs), "b", "you@ctl", 60)
+        assert refused == {"claimed": False, "claim": _read_claim(str(runs)), "state": "running"}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert claim_state(str(runs), _read_claim(str(runs))) is None
+    short = claim(str(runs), "b", "you@ctl", 1)
+    assert short["claimed"]
+    deadline = time.monotonic() + 15
+    while _alive(short["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(short["pid"])  # gone by itself after its 1 s
+    third = claim(str(runs), "c", "me@ctl", 60)
+    assert third["claimed"]
+    out = subprocess.run([sys.executable, "-m", "train.node.rank_status", "stop", str(runs), "c"], cwd=REPO,
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"stopped": True, "left": []}
+    deadline = time.monotonic() + 10
+    while _alive(third["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(third["pid"]) and not (runs / ".claim.json").exists()

@@ -64,3 +64,20 @@ def test_a_port_already_taken_is_said():
     assert proc.stdout.startswith(f"cannot listen on port {port}: "), proc.stdout
     assert "Traceback" not in proc.stderr
 
+
+
+def test_a_port_held_by_another_listener_names_it():
+    """Two listeners on one port, as two train.yml checking the same master port at once: the second cannot bind
+    and says the first one holds the port (its pid, and what it is), not that a node could not connect."""
+    port = free_port()
+    first = start(port, 2, 10)
+    try:
+        connect(port)  # the first listens: one of its two connections
+        second = subprocess.run([sys.executable, "-c", PROGRAM, str(port), "1", "1"], capture_output=True,
+                                text=True, timeout=15)
+        connect(port)  # the first one's second: it ends
+    finally:
+        first.communicate(timeout=15)
+    assert second.returncode == 2, second.stdout
+    assert second.stdout.strip().endswith(
+        f"; pid {first.pid} (another train.yml's preflight check of the master port) listens there"), second.stdout

@@ -37,6 +37,11 @@ Options:
     (train.common.stragglers), and again if it becomes one again after keeping up.
   checkpoint: the step of the checkpoint the run resumed from (-e resume=), or omitted: the progress lines name it as
     the last checkpoint until the run saves a new one.
+  stopped_file: path on the head of the note that ``train.yml -e stop=<run>`` writes before it stops the run, or
+    omitted: when the follower would fail the run and the note is there, the run was stopped on request, not failed:
+    the result is not failed and holds the note as ``stopped`` ({by, at}).
+  news_every_s: seconds without news before a line says the run is still running (default 60); its time counts from
+    the last logged step (whose number it gives), or from the launch before the first.
   slurm_job: the name of the run's Slurm job (-e launcher=slurm), or omitted: until the first progress record,
     every poll asks ``squeue`` on the head about it and prints a line when its state, Slurm's reason or its place
     among the pending jobs changes (train.controller.progress.slurm_job_line): a PENDING job is not silence.
@@ -117,6 +122,8 @@ _ARGSPEC = {
     "end_within_s": {"type": "float", "default": 0.0},
     "hang": {"type": "dict", "default": None},
     "straggler": {"type": "dict", "default": None},
+    "stopped_file": {"type": "path", "default": None},
+    "news_every_s": {"type": "float", "default": 60.0},
 }
 
 # seconds the head's sbatch --wait is given, after squeue no longer lists the job, to see its end and exit (Slurm's
@@ -350,17 +357,21 @@ class Progress:
             if run.last_step_at is None and is_last_step(record):
                 run.last_step_at = run.last_news
 
-    def quiet(self, run: Run, now: float) -> None:
-        """After 60 s without news, say what the run is waiting for (a step, or its end after the last step)."""
-        if now - run.last_news < 60:
+    def quiet(self, run: Run, now: float, every_s: float = 60.0) -> None:
+        """After ``every_s`` without news, say what the run is waiting for (a step, or its end after the last step),
+        and for how long: since the last logged step (named), or since the launch before the first."""
+        if now - run.last_news < every_s:
             return
         if run.last_step_at is not None:
             display.display(f"  the last step is done; the ranks are writing the final checkpoint and model "
                             f"({format_duration(now - run.last_step_at)} so far; log: {self.log_file})")
+        elif run.seen:
+            since = format_duration(now - (run.last_record_at or run.started))
+            display.display(f"  still running, waiting for the next logged step ({since} since step "
+                            f"{run.last.get('step')}; log: {self.log_file})")
         else:
-            what = "the first logged step" if not run.seen else "the next logged step"
-            display.display(f"  still running, waiting for {what} ({format_duration(now - run.started)} so far; "
-                            f"log: {self.log_file})")
+            display.display(f"  still running, waiting for the first logged step ({format_duration(now - run.started)} "
+                            f"since the launch; log: {self.log_file})")
         run.last_news = now
 
 
@@ -625,6 +636,19 @@ class ActionModule(AsyncFollowAction):
         return result
 
     def run(self, tmp=None, task_vars=None):
+        result = self._follow(tmp, task_vars)
+        stopped_file = self._task.args.get("stopped_file")
+        if result.get("failed") and stopped_file:
+            try:
+                note = json.loads(self._read_from(stopped_file, 0) or "null")
+            except Exception:  # noqa: BLE001 -- unreadable (the head gone): the failure stands
+                note = None
+            if isinstance(note, dict):  # stopped on request: the playbook says so, once (stopped.yml)
+                result.update(failed=False, stopped=note)
+                result.pop("msg", None)
+        return result
+
+    def _follow(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGSPEC)
         jid, log_file = args["jid"], args["log_file"]
@@ -673,7 +697,7 @@ class ActionModule(AsyncFollowAction):
                        or (hang.check(run, now) if hang is not None else None))
             if failure is not None:
                 return self._failed(result, run, failure, args)
-            progress.quiet(run, now)
+            progress.quiet(run, now, args["news_every_s"])
             next_poll = time.monotonic() + poll  # the loop's top sleeps until then, checking liveness meanwhile
 
         return self._ended(result, run, live, slurm, args, jid, task_vars)

@@ -3,10 +3,12 @@
     "{{ records | dead_ranks }}"   records: what `python -m train.node.rank_status read` printed on each node, "node" added
     "{{ train_plan.hosts | node_ranks(train_plan.ranks) }}"   {host: [its global ranks]}
     "{{ train_plan | liveness_nodes(venv_dirs) }}"   the nodes argument of the follower's liveness check
+    "{{ train_plan.hosts | stopped_nodes(read_results, stop_results) }}"   the nodes a stop found the run on
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -47,8 +49,33 @@ def liveness_nodes(plan, venv_dirs):
              "local": h == plan["head"]} for h in plan["hosts"]]
 
 
+def stopped_nodes(hosts, read, stop):
+    """The nodes, in ``hosts`` order, where a stop (roles/train_launch stop.yml) found the run: a rank of it alive
+    when every node's rank status was read, before anything was stopped, or a process of it (or its claim) that the
+    node's own stop ended. Read first, so that the list does not depend on which node's stop came first (the head's
+    ends pdsh, whose end ends the workers' ranks before their own stop looks).
+
+    Args:
+      hosts: the run's nodes; read, stop: the loop results (``results`` of the registered tasks, one per node:
+        ``item`` the node, ``stdout`` read_node's records / stop_run's result).
+    """
+    found = set()
+    for r in read or []:
+        try:
+            records = json.loads((r.get("stdout") or "").strip().splitlines()[-1])
+        except (IndexError, ValueError, AttributeError):
+            continue
+        if any(isinstance(x, dict) and x.get("alive") for x in records):
+            found.add(r.get("item"))
+    for r in stop or []:
+        if r.get("changed"):
+            found.add(r.get("item"))
+    return [h for h in hosts if h in found]
+
+
 class FilterModule:
-    """dead_ranks, node_ranks, liveness_nodes."""
+    """dead_ranks, node_ranks, liveness_nodes, stopped_nodes."""
 
     def filters(self):
-        return {"dead_ranks": dead_ranks, "node_ranks": node_ranks, "liveness_nodes": liveness_nodes}
+        return {"dead_ranks": dead_ranks, "node_ranks": node_ranks, "liveness_nodes": liveness_nodes,
+                "stopped_nodes": stopped_nodes}

@@ -1,11 +1,15 @@
-"""Jinja filter ``run_failure``: the sentence of a failed run's error that names the node that failed first, and the
-ranks that died after it (roles/train_launch follow.yml, "Stop with the run's error").
+"""Jinja filters of a run that ended badly (roles/train_launch follow.yml and stopped.yml): ``run_failure``, the
+sentence of a failed run's error that names the node that failed first and the ranks that died after it; ``run_kept``,
+the end of every such message: the complete checkpoints that came back and the command that goes on from them.
 
     "{{ _gone | run_failure(_held, _train_launch_dead_ranks | default([]), _train_launch_watch,
                             _train_launch_dead_host) }}"
+    "{{ __train_launch_kept.files | map(attribute='path') | run_kept(train_plan.run_name) }}"
 """
 
 from __future__ import annotations
+
+import re
 
 
 def _held_by(held, node):
@@ -72,8 +76,26 @@ def run_failure(gone, held, dead, watch, dead_host):
     return text + ". "
 
 
+def run_kept(paths, run):
+    """What a run that ended badly kept to go on from, the end of its message: ``", with its complete checkpoints
+    (checkpoint-360, checkpoint-380); to go on from the newest: ansible-playbook train.yml -e resume=<run>"``, or
+    ``"; it had saved no complete checkpoint, so it can only start again"``.
+
+    Args:
+      paths: the ``checkpoint-<step>`` directories that came back to the controller (collect.yml brings complete
+        ones only), any order; other names are left out.
+      run: the run's name.
+    """
+    steps = sorted(int(m.group(1)) for m in (re.fullmatch(r"checkpoint-(\d+)", str(p).rstrip("/").rsplit("/", 1)[-1])
+                                             for p in paths or []) if m)
+    if not steps:
+        return "; it had saved no complete checkpoint, so it can only start again"
+    return (", with its complete checkpoints (%s); to go on from the newest: ansible-playbook train.yml -e resume=%s"
+            % (", ".join("checkpoint-%d" % s for s in steps), run))
+
+
 class FilterModule:
-    """run_failure."""
+    """run_failure, run_kept."""
 
     def filters(self):
-        return {"run_failure": run_failure}
+        return {"run_failure": run_failure, "run_kept": run_kept}

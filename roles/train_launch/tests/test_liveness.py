@@ -27,9 +27,10 @@ PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # the modul
 
 
 def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rendezvous=None, poll_s=2,
-           end_within_s=0, hang=None):
-    """Start a job that sleeps ``job_s`` s, follow it with the liveness check of ``nodes`` (none for None), the
-    rendezvous bound (a dict) when given, and the bound on the run's end; (seconds, output, the follower's result)."""
+           end_within_s=0, hang=None, job=None, more=None):
+    """Start a job that sleeps ``job_s`` s (or runs the shell command ``job``), follow it with the liveness check of
+    ``nodes`` (none for None), the rendezvous bound (a dict) when given, the bound on the run's end, the hang
+    watchdog and the options ``more``; (seconds, output, the follower's result)."""
     liveness = {"nodes": nodes, "runs_dir": str(tmp_path / "runs"), "run": "r1", "every_s": every_s,
                 "failures": failures, "timeout_s": 1, "ssh_checked": True} if nodes is not None else None
     book = tmp_path / "play.yml"
@@ -38,7 +39,7 @@ def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rend
   gather_facts: false
   tasks:
     - name: Start
-      ansible.builtin.command: sleep {job_s}
+      ansible.builtin.command: {{argv: {json.dumps(["sh", "-c", job or f"sleep {job_s}"])}}}
       async: 120
       poll: 0
       register: job
@@ -52,7 +53,7 @@ def follow(ansible_playbook, tmp_path, job_s, nodes, every_s=1, failures=3, rend
         liveness: {json.dumps(liveness)}
         rendezvous: {json.dumps(rendezvous)}
         hang: {json.dumps(hang)}
-      register: res
+{"".join(f"        {k}: {json.dumps(v)}" + chr(10) for k, v in (more or {}).items())}      register: res
       ignore_errors: true
     - name: Keep the result
       ansible.builtin.copy: {{content: "{{{{ res | to_json }}}}", dest: "{tmp_path}/result.json", mode: "0644"}}
@@ -239,3 +240,36 @@ def test_a_run_that_logs_no_new_step_is_taken_for_hung_with_every_ranks_stack_an
     assert res["dead_host"] == "head-1"
     assert "capturing every rank's Python stack" in text, text
     assert "in all_reduce_wait" in (run_dir / "logs" / "head-1.rank0.log").read_text()
+
+
+def test_still_running_counts_from_the_last_logged_step_and_names_it(ansible_playbook, tmp_path):
+    """No news for a while: the line says how long since the last logged step came (and its number), not since the
+    launch -- a slow step, a hung rank and a requeued job then look different. The step's record comes 4 s after
+    the launch; counted from the launch, the first line after it would say 6 s or more."""
+    record = json.dumps({"step": 10, "max_steps": 100, "loss": 5.0, "elapsed_s": 4.0})
+    took, text, res = follow(ansible_playbook, tmp_path, 0, None, poll_s=1,
+                             job=f"sleep 4; echo '{record}' >> {tmp_path}/progress.jsonl; sleep 8",
+                             more={"news_every_s": 2})
+    assert not res.get("failed") and res["rc"] == 0, text
+    first = [line for line in text.splitlines() if "waiting for the first logged step" in line]
+    assert first and "s since the launch; log: " in first[0], text
+    after = [line for line in text.splitlines() if "waiting for the next logged step" in line]
+    assert after, text
+    said = int(after[0].split("(", 1)[1].split("s since step 10;", 1)[0])
+    assert 2 <= said <= 4, after
+
+
+def test_a_run_stopped_on_request_is_not_a_failure_of_the_follower(ansible_playbook, tmp_path):
+    """The job ends badly after `train.yml -e stop=` wrote its note (stopped_file): the follower's result is not
+    failed and carries the note, so the run's own train.yml says once that it was stopped (stopped.yml); without
+    the note the same end is a failure."""
+    note = tmp_path / "stopped.json"
+    took, text, res = follow(ansible_playbook, tmp_path, 0, None, poll_s=1, job="sleep 1; exit 1",
+                             more={"stopped_file": str(note)})
+    assert res["failed"] and res["msg"].startswith("training exited with status 1"), res
+    note.write_text(json.dumps({"by": "ansible-playbook train.yml -e stop=r1", "at": "2026-12-07 17:50:00 UTC"}))
+    took, text, res = follow(ansible_playbook, tmp_path, 0, None, poll_s=1, job="sleep 1; exit 1",
+                             more={"stopped_file": str(note)})
+    assert not res.get("failed") and res["rc"] == 1, res
+    assert res["stopped"] == {"by": "ansible-playbook train.yml -e stop=r1", "at": "2026-12-07 17:50:00 UTC"}
+    assert "training exited with status" not in text, text

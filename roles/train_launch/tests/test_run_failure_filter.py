@@ -82,4 +82,15 @@ def test_the_dead_host_alone_when_no_rank_is_known():
 
 
 def test_the_filter_is_registered_under_its_name():
-    assert failure.FilterModule().filters() == {"run_failure": run_failure}
+    assert failure.FilterModule().filters() == {"run_failure": run_failure, "run_kept": failure.run_kept}
+
+
+def test_what_a_failed_run_kept_names_its_complete_checkpoints_in_step_order_and_the_resume_command():
+    """The end of every message that ends a run badly (follow.yml's error, stopped.yml): the checkpoints that came
+    back, in step order (not the file system's), and `-e resume=<run>`; none: it can only start again."""
+    kept = failure.run_kept(["/o/r/checkpoint-380", "/o/r/checkpoint-40", "/o/r/checkpoint-360/",
+                             "/o/r/checkpoint-x"], "r")
+    assert kept == (", with its complete checkpoints (checkpoint-40, checkpoint-360, checkpoint-380); to go on from "
+                    "the newest: ansible-playbook train.yml -e resume=r")
+    assert failure.run_kept([], "r") == "; it had saved no complete checkpoint, so it can only start again"
+    assert failure.run_kept(None, "r") == failure.run_kept([], "r")
