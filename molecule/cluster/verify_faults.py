@@ -125,6 +125,13 @@ def test_a_worker_lost_mid_run_is_named_unreachable_and_the_run_stops_on_the_oth
     assert left == {n: [] for n in others}, left
     kept = tmp_path / run
     assert (kept / "train.log").stat().st_size > 0 and (kept / "job.json").is_file()
+    # the failure's message ends with what came back to go on from: the complete checkpoints and the command
+    saved = sorted((d.name for d in kept.glob("checkpoint-*") if d.is_dir()), key=lambda n: int(n.split("-")[1]))
+    if saved:
+        assert (f", with its complete checkpoints ({', '.join(saved)}); to go on from the newest: ansible-playbook "
+                f"train.yml -e resume={run}") in text, (saved, text[-3000:])
+    else:
+        assert "; it had saved no complete checkpoint, so it can only start again" in text, text[-3000:]
     if how == "pause":
         assert "liveness check: worker-2 did not answer" in text, text[-3000:]  # no error line said it: the check
         said = " ".join(away.stdout.split())
@@ -137,52 +144,76 @@ def test_a_worker_lost_mid_run_is_named_unreachable_and_the_run_stops_on_the_oth
     assert cluster.processes_of(node, run) == []
 
 
-def test_a_second_run_is_refused_while_one_runs_and_stop_ends_it_everywhere(tmp_path):
-    """While run A (a Slurm job: -e launcher=slurm) trains, run B is refused before anything is staged or launched,
-    naming A and how to follow or stop it; `train.yml -e stop=A` cancels A's job (Slurm records it CANCELLED, none is
-    left in the queue) and stops A on every node (no process of it left), and A's own playbook ends saying A was
-    stopped (not failed), its run kept."""
+def test_of_two_runs_started_together_one_trains_a_later_one_is_refused_and_stop_ends_it_everywhere(tmp_path):
+    """Runs A and B (Slurm jobs: -e launcher=slurm) started in the same second by two train.yml, each with its own
+    output directory (two controllers, two users' shells): exactly one trains, the other is refused before anything
+    is staged, naming it (its claim on the cluster: with -e attach= and -e stop=), not blaming a firewall. While the
+    winner trains, run C is refused naming it too. `train.yml -e stop=<winner>` prints no warning, names every node
+    the run was on, cancels its job (Slurm records it CANCELLED, none is left in the queue) and stops it on every node
+    (no process of it left); the winner's own train.yml ends with the one line that says it was stopped (no
+    'training exited', no FAILED summary before it), its run kept."""
     nodes, _ = cluster.inventory()
-    run_a, run_b = f"busy-a-{int(time.time())}", f"busy-b-{int(time.time())}"
-    proc, log = start_run(run_a, tmp_path, "-e", "launcher=slurm")
+    stamp = int(time.time())
+    runs = {f"pair-a-{stamp}": tmp_path / "ctl-a", f"pair-b-{stamp}": tmp_path / "ctl-b"}
+    started = {run: start_run(run, out, "-e", "launcher=slurm") for run, out in runs.items()}
     try:
-        wait_for(lambda: "step 1/" in log.read_text() or proc.poll() is not None, 300, "run A's first logged step")
+        wait_for(lambda: any(p.poll() is not None for p, _ in started.values()), 300, "one of the two to end")
+        ended = [run for run, (p, _) in started.items() if p.poll() is not None]
+        assert len(ended) == 1, {run: log.read_text()[-3000:] for run, (_, log) in started.items()}
+        loser = ended[0]
+        winner = next(run for run in runs if run != loser)
+        proc, log = started[winner]
+        refused = " ".join(started[loser][1].read_text().split())
+        assert started[loser][0].returncode != 0, refused[-3000:]
+        assert f"host {nodes[0]} (head): run {winner} claimed this cluster at 20" in refused, refused[-3000:]
+        assert f"ansible-playbook train.yml -e attach={winner} follows it" in refused, refused[-3000:]
+        assert f"ansible-playbook train.yml -e stop={winner}" in refused, refused[-3000:]
+        assert f"Nothing was staged or launched for run {loser}" in refused and "firewall" not in refused
+        assert "Launch deepspeed" not in refused and "Stage the code" not in refused
+        assert not (runs[loser] / loser).exists()
+        wait_for(lambda: "step 1/" in log.read_text() or proc.poll() is not None, 300, "the winner's first step")
         assert proc.poll() is None, log.read_text()[-3000:]
-        t0 = time.monotonic()
-        b = cluster.playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=30", "-e",
-                             f"run_name={run_b}", "-e", f"train_output_dir={tmp_path}")
-        text = " ".join(b.stdout.split())
-        assert b.returncode != 0 and time.monotonic() - t0 < 60, text[-3000:]
-        for n in nodes:
-            assert f"host {n}: run {run_a} is still running there" in text, (n, text[-3000:])
-        assert f"ansible-playbook train.yml -e stop={run_a}" in text
-        assert f"ansible-playbook train.yml -e attach={run_a} follows it" in text, text[-3000:]
-        assert "Launch deepspeed" not in b.stdout and "Stage the code" not in b.stdout
-        assert not (tmp_path / run_b).exists()
 
-        s = cluster.playbook("train.yml", "-e", f"stop={run_a}")
+        run_c = f"pair-c-{stamp}"
+        t0 = time.monotonic()
+        c = cluster.playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=30", "-e",
+                             f"run_name={run_c}", "-e", f"train_output_dir={tmp_path}")
+        text = " ".join(c.stdout.split())
+        assert c.returncode != 0 and time.monotonic() - t0 < 60, text[-3000:]
+        for n in nodes:
+            assert f"host {n}: run {winner} is still running there" in text, (n, text[-3000:])
+        assert f"ansible-playbook train.yml -e stop={winner}" in text
+        assert f"ansible-playbook train.yml -e attach={winner} follows it" in text, text[-3000:]
+        assert "Launch deepspeed" not in c.stdout and "Stage the code" not in c.stdout
+        assert not (tmp_path / run_c).exists()
+
+        s = cluster.playbook("train.yml", "-e", f"stop={winner}")
         text = " ".join(s.stdout.split())
         assert s.returncode == 0, text[-3000:]
-        # Slurm ends the job's processes itself once scancel asked it to: some may be gone before the stop's turn
-        assert f"run {run_a}: stopped on " in text or f"run {run_a}: nothing of it was running" in text, text[-3000:]
-        assert f"; no process of it is left on {', '.join(nodes)}" in text, text[-3000:]
+        assert "[WARNING]" not in s.stdout, s.stdout[-5000:]
+        # every node held ranks of the run when the stop read them (before scancel): the same list every time
+        assert f"run {winner}: stopped on {', '.join(nodes)}; no process of it is left on {', '.join(nodes)}" in text, \
+            text[-3000:]
         proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        for p, _ in started.values():
+            if p.poll() is None:
+                p.kill()
     assert proc.returncode != 0
-    # A's own train.yml says it was stopped on request (when and by what), not that it failed, and how to go on
+    # the winner's own train.yml says once that it was stopped on request (when and by what), and how to go on
     said = " ".join(log.read_text().split())
-    assert f"run {run_a} was stopped (ansible-playbook train.yml -e stop={run_a}, at 20" in said, said[-3000:]
-    assert f"run {run_a} failed" not in said and "Failed node" not in said, said[-3000:]
+    assert f"run {winner} was stopped (ansible-playbook train.yml -e stop={winner}, at 20" in said, said[-3000:]
+    assert f"run {winner}: stopped (ansible-playbook train.yml -e stop={winner}), what came back" in said, said[-3000:]
+    assert f"run {winner} failed" not in said and "Failed node" not in said, said[-3000:]
+    assert "training exited with status" not in said and "FAILED, what came back" not in said, said[-3000:]
     for n in nodes:
-        assert cluster.processes_of(n, run_a) == [], (n, cluster.processes_of(n, run_a))
-    assert cluster.podman_exec(nodes[0], "squeue", "--noheader", f"--name={run_a}").stdout.strip() == ""
+        assert cluster.processes_of(n, winner) == [], (n, cluster.processes_of(n, winner))
+    assert cluster.podman_exec(nodes[0], "squeue", "--noheader", f"--name={winner}").stdout.strip() == ""
     record = [line for line in cluster.podman_exec(nodes[0], "cat", "/var/log/slurm/jobcomp.log").stdout.splitlines()
-              if f" Name={run_a} " in line]
+              if f" Name={winner} " in line]
     assert len(record) == 1 and "JobState=CANCELLED" in record[0], record
-    kept = tmp_path / run_a / "train.log"
-    assert kept.is_file() and kept.stat().st_size > 0, " ".join(log.read_text().split())[-4000:]
+    kept = runs[winner] / winner / "train.log"
+    assert kept.is_file() and kept.stat().st_size > 0, said[-4000:]
     unknown = cluster.playbook("train.yml", "-e", "stop=no-such-run")
     assert unknown.returncode != 0
     assert "there is no run no-such-run on head-1" in " ".join(unknown.stdout.split())
