@@ -348,6 +348,10 @@ def test_a_slurm_node_set_down_mid_run_ends_the_job_without_a_requeue_and_keeps_
     after = set(cluster.podman_exec(head, "sh", "-c", f"ls -d {output}/checkpoint-* | xargs -n1 basename").stdout.split())
     assert before <= after, (before, after)
     assert before <= {p.name for p in (tmp_path / run).glob("checkpoint-*")}, list((tmp_path / run).iterdir())
+    # the failure's last message names them, in step order, and how to go on from the newest
+    came = sorted((p.name for p in (tmp_path / run).glob("checkpoint-*") if p.is_dir()), key=lambda n: int(n[11:]))
+    assert (f", with its complete checkpoints ({', '.join(came)}); to go on from the newest: ansible-playbook train.yml "
+            f"-e resume={run}") in text, (came, text[-3000:])
     # never trained from step 1 again: the logged steps only go up
     steps = [r["step"] for r in map(json.loads, cluster.podman_exec(head, "cat", f"{output}/progress.jsonl")
                                     .stdout.splitlines()) if "event" not in r and "step" in r]

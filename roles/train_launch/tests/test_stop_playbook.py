@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.slow  # runs Ansible (test tiers: pytest.ini)
 
 REPO = Path(__file__).resolve().parents[3]
 
