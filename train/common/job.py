@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from train.common.keys import BY_NAME, KEYS
+from train.common.keys import KEYS
 
 # The version of what train/data/prepare_data.py writes (tokenizer/, dataset/, prepare.json). The only definition: it
 # goes into data_key (so an old artifact gets a new key) and into prepare.json's format_version (so prepare_data

@@ -131,3 +131,36 @@ def test_the_resume_and_script_policies_are_the_declarations():
         key = K.BY_NAME[name]
         assert (value is None and key.nullable) or not key.choices or value in key.choices, name
         assert key.out_of_range(value) is None, name
+
+
+ADDED_KEY = '''
+import json, sys
+from train.common import keys as K
+K.KEYS = K.KEYS + (K.Key("label_smoothing_factor", "float", "label smoothing of the loss", ("trainer",), default=0.0,
+                         low=0, high=1, high_open=True),)
+K.BY_NAME = {key.name: key for key in K.KEYS}
+from train.common import job as J
+from train.controller import resolve as R
+job = R.resolve("bert", {"model_size": "tiny", "accelerator": "cpu", "run_name": "t",
+                         "label_smoothing_factor": sys.argv[1]})
+args = R.argv(job, "/d", "/o", "/c.json")
+print(json.dumps({"value": job["label_smoothing_factor"], "flag": args[args.index("--label_smoothing_factor") + 1],
+                  "row": "| `label_smoothing_factor` | float in [0, 1) | `0.0` |" in K.table(),
+                  "override": "label_smoothing_factor" in R.override_keys()}))
+'''
+
+
+def test_adding_a_key_is_one_declaration():
+    """A key declared once (here a TrainingArguments field, in a fresh interpreter) is parsed from its -e string,
+    validated against its range, passed to the rank and listed in the docs table, with no other edit."""
+    import json
+
+    def run(value):
+        return subprocess.run([sys.executable, "-c", ADDED_KEY, value], cwd=REPO, capture_output=True, text=True,
+                              timeout=60)
+
+    good = run("0.1")
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout) == {"value": 0.1, "flag": "0.1", "row": True, "override": True}
+    bad = run("1.5")
+    assert bad.returncode != 0 and "label_smoothing_factor must be in [0, 1), got 1.5" in bad.stderr
