@@ -274,12 +274,47 @@ def slurm_nodes_in_trouble(sinfo_out: str) -> list[dict]:
     return list(out.values())
 
 
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+_CTLD_LINE = re.compile(r"^\[(?P<at>[\dT:.-]+)\] (?P<what>.*)$")
+
+
+def slurm_failed_nodes(slurm_out: str) -> list[str]:
+    """The nodes srun reported failed in the job's output (slurm.out: ``srun: error: Node failure on worker-2``),
+    each once, in order."""
+    return list(dict.fromkeys(_NODE_FAILURE.findall(str(slurm_out or ""))))
+
+
+def slurmctld_node_down(log_text: str, node: str) -> dict | None:
+    """What slurmctld's log says of ``node`` being set down: ``{"node", "state": "down", "reason", "since",
+    "returned"}`` from its last ``update_node: node N reason set to: R`` / ``node N state set to DOWN`` /
+    ``Killing JobId=J on failed node N`` lines (``since`` their time, to the second) and whether a later
+    ``node N returned to service`` line says Slurm took it back (ReturnToService); None when the log says
+    nothing of it. Read where sinfo no longer holds the node down."""
+    found: dict | None = None
+    for line in str(log_text or "").splitlines():
+        m = _CTLD_LINE.match(line.strip())
+        if not m:
+            continue
+        what, at = m.group("what"), m.group("at").split(".")[0]
+        if what == f"update_node: node {node} state set to DOWN" or what.endswith(f" on failed node {node}"):
+            found = {"node": node, "state": "down", "reason": (found or {}).get("reason", ""), "since": at,
+                     "returned": False}
+        elif what.startswith(f"update_node: node {node} reason set to: "):
+            found = dict(found or {"node": node, "state": "down", "since": at, "returned": False},
+                         reason=what.split("reason set to: ", 1)[1].strip())
+        elif found and what.endswith(f"node {node} returned to service"):
+            found["returned"] = True
+    return found
+
+
 def slurm_nodes_text(nodes: list[dict]) -> str:
-    """One phrase for :func:`slurm_nodes_in_trouble`'s nodes: ``"worker-2 is down (reason: test, since
-    2026-12-07T17:50:01)"``, several joined with "; ", or "" for none."""
-    return "; ".join(f"{n['node']} is {n['state']}" + (
+    """One phrase for :func:`slurm_nodes_in_trouble`'s (or :func:`slurmctld_node_down`'s) nodes: ``"worker-2 is
+    down (reason: test, since 2026-12-07T17:50:01)"`` (``"worker-2 was down (...), then returned to service"``
+    where Slurm took it back since), several joined with "; ", or "" for none."""
+    return "; ".join(f"{n['node']} {'was' if n.get('returned') else 'is'} {n['state']}" + (
         f" (reason: {n['reason']}" + (f", since {n['since']}" if n.get("since") else "") + ")" if n.get("reason")
-        else f" (since {n['since']})" if n.get("since") else "") for n in nodes)
+        else f" (since {n['since']})" if n.get("since") else "") + (
+        ", then returned to service" if n.get("returned") else "") for n in nodes)
 
 
 def slurm_requeue_text(record: dict) -> str:

@@ -224,3 +224,24 @@ def test_slurms_nodes_out_of_service_and_its_requeue_are_said_from_its_own_outpu
     assert slurm_requeue_text({"Requeue": "0", "Restarts": "0"}) == "not requeued (submitted with --no-requeue)"
     assert slurm_requeue_text({"Requeue": "1", "Restarts": "2"}) == "requeued 2 times before"
     assert slurm_requeue_text({"JobState": "NODE_FAIL"}) == ""  # sacct's columns say nothing of it
+
+
+def test_a_node_slurm_took_back_at_once_is_found_in_the_jobs_output_and_slurmctlds_log():
+    """The scenario's Slurm (ReturnToService=2) takes a node an admin set down back 0.2 s later: sinfo no longer
+    holds it; srun's line in slurm.out names it, and slurmctld's log its reason and time (lines as Slurm 22.05 wrote
+    them there)."""
+    from train.controller.progress import slurm_failed_nodes, slurm_nodes_text, slurmctld_node_down
+    out = ("Slurm job 2 on head-1 worker-1 worker-2: srun starts deepspeed on every node (2 CPUs each)\n"
+           "srun: error: Node failure on worker-2\nsrun: error: worker-2: task 2: Terminated\n"
+           "srun: error: Node failure on worker-2\n")
+    assert slurm_failed_nodes(out) == ["worker-2"] and slurm_failed_nodes("") == []
+    log = ("[2026-12-07T18:22:11.545] update_node: node worker-2 reason set to: dsc-test-667638\n"
+           "[2026-12-07T18:22:11.546] update_node: node worker-2 state set to DOWN\n"
+           "[2026-12-07T18:22:11.711] node_did_resp: node worker-2 returned to service\n"
+           "[2026-12-07T18:22:59.774] Invalid node state transition requested for node worker-2 from=IDLE to=RESUME\n")
+    found = slurmctld_node_down(log, "worker-2")
+    assert found == {"node": "worker-2", "state": "down", "reason": "dsc-test-667638", "since": "2026-12-07T18:22:11",
+                     "returned": True}, found
+    assert slurm_nodes_text([found]) == ("worker-2 was down (reason: dsc-test-667638, since 2026-12-07T18:22:11), "
+                                         "then returned to service")
+    assert slurmctld_node_down(log, "worker-1") is None

@@ -97,9 +97,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from train.controller.ansible_async import AsyncFollowAction  # noqa: E402
 from train.controller.progress import (SCONTROL_JOBS_ARGS, SLURM_ENDED, SQUEUE_ARGS, format_duration,  # noqa: E402
                                        format_event, format_record, is_event, last_checkpoint, parse_records,
-                                       sacct_args, sinfo_nodes_args, slurm_exit_status, slurm_job_id,
-                                       slurm_job_line, slurm_nodes_in_trouble, slurm_nodes_text, slurm_record,
-                                       slurm_requeue_text)
+                                       sacct_args, sinfo_nodes_args, slurm_exit_status, slurm_failed_nodes,
+                                       slurm_job_id, slurm_job_line, slurm_nodes_in_trouble, slurm_nodes_text,
+                                       slurm_record, slurm_requeue_text, slurmctld_node_down)
 from train.common.stragglers import node_step_times, straggler_line, stragglers  # noqa: E402
 from train.node.rank_status import late_to_join, trouble  # noqa: E402
 from train.node.watchdog import hang_bound  # noqa: E402
@@ -508,13 +508,33 @@ class SlurmState:
         """Whether Slurm is ending the job (squeue's last word: COMPLETING): its record will say why."""
         return " is COMPLETING" in self.said
 
-    def nodes_out_of_service(self) -> list[dict]:
+    def nodes_out_of_service(self, run_dir: str) -> list[dict]:
         """The ended job's nodes that Slurm holds out of service, with their reason (sinfo;
-        train.controller.progress.slurm_nodes_in_trouble); [] without a record."""
+        train.controller.progress.slurm_nodes_in_trouble); [] without a record. Where sinfo holds none but the job
+        ended NODE_FAIL (Slurm took the node back already: ReturnToService), the nodes srun named in the job's
+        output (``<run_dir>/slurm.out``), with what slurmctld's log says of them (the reason, when, taken back)."""
         if self.end is None:
             return []
         _, out, _ = self.run_on_head(shlex.join(sinfo_nodes_args(self.end.get("NodeList") or "")) + " 2>/dev/null")
-        return slurm_nodes_in_trouble(out)
+        held = slurm_nodes_in_trouble(out)
+        if held or self.end.get("JobState") != "NODE_FAIL":
+            return held
+        _, said, _ = self.run_on_head(f"cat {shlex.quote(run_dir + '/slurm.out')} 2>/dev/null")
+        failed = slurm_failed_nodes(said)
+        if not failed:
+            return []
+        _, config, _ = self.run_on_head("scontrol show config 2>/dev/null")
+        log = next((line.split("=", 1)[1].strip() for line in config.splitlines()
+                    if line.replace(" ", "").startswith("SlurmctldLogFile=")), "")
+        found = []
+        for node in failed:
+            text = ""
+            if log:
+                _, text, _ = self.run_on_head(f"grep -a -- {shlex.quote(' ' + node + ' ')} {shlex.quote(log)} "
+                                              f"2>/dev/null | tail -n 200")
+            found.append(slurmctld_node_down(text + "\n", node) or
+                         {"node": node, "state": "down", "reason": "", "since": "", "returned": False})
+        return found
 
 
 def grace_failure(run: Run, now: float, grace_s: float, live: Liveness | None,
@@ -717,7 +737,7 @@ class ActionModule(AsyncFollowAction):
             if end.get("JobState") != "COMPLETED":
                 # what Slurm did and why: the job's nodes it holds out of service, with their reason, and whether it
                 # requeued the job (train.yml submits with --no-requeue: docs/slurm.md)
-                result["slurm_nodes"] = slurm.nodes_out_of_service()
+                result["slurm_nodes"] = slurm.nodes_out_of_service(str(Path(log_file).parent))
                 said += "".join(f"; {x}" for x in (slurm_nodes_text(result["slurm_nodes"]), slurm_requeue_text(end))
                                 if x)
                 if result["slurm_nodes"]:  # the node to blame for NODE_FAIL (train.node.faults.classify)

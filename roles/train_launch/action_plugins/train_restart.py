@@ -39,8 +39,9 @@ class ActionModule(ActionBase):
         # this process is ansible-playbook itself (action plugins run in its forks): its own command line again
         argv = [sys.executable, sys.argv[0], *sys.argv[1:], "-e", json.dumps(extra)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                              bufsize=1) as child:
+        # stdin: nothing (an inherited non-blocking stdin makes ansible-playbook refuse to start)
+        with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, bufsize=1) as child:
             for line in child.stdout:
                 display.display(line.rstrip("\n"))
             rc = child.wait()
