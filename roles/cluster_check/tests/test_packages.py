@@ -52,6 +52,10 @@ def test_the_lock_file_is_the_one_python_env_writes():
         == "{{ venv_dir }}/dsc-lock.txt"
     install = (ROLES / "python_env" / "tasks" / "packages.yml").read_text()
     assert 'name: "{{ _python_env_pinned }}"' in install and "{{ _python_env_lock | join('\\n') }}\\n\"" in install
+    # what Jinja gets once YAML has read the task: a line break between the requirements, not a backslash and an n
+    # (a `|` block scalar kept them, and every node's lock was one line)
+    record = next(task for task in yaml.safe_load(install) if "ansible.builtin.copy" in task)
+    assert "join('\n')" in record["ansible.builtin.copy"]["content"]
 
 
 def test_the_installed_distributions_are_importlib_metadatas_with_pep503_names():
