@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 # roles whose tasks/main.yml still holds tasks of its own instead of only include_tasks / import_tasks of its steps
-MAIN_WITH_TASKS = {"slurm", "train_launch", "train_plan"}
+MAIN_WITH_TASKS = {"train_launch", "train_plan"}
 # task files that still build a value with a Jinja program ({% set %} / {% for %}) instead of a filter plugin
 JINJA_PROGRAMS = {"roles/cluster_check/tasks/preflight.yml", "roles/cluster_check/vars/main.yml",
                   "roles/node_env/tasks/nccl_conf.yml",
