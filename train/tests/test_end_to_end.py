@@ -258,6 +258,49 @@ def test_a_run_that_launched_and_failed_keeps_its_log(tmp_path):
     for rank, text in rank_logs(out / "dies").items():
         assert "dies-at-start: the data it needs is missing" in text, (rank, text[-2000:])
     assert "run dies: FAILED, what came back" in proc.stdout
+    assert "not retried: " in text and "before the first step" in text, text[-3000:]  # the restart policy's word
+
+
+def test_a_rank_killed_after_a_checkpoint_restarts_the_run_by_itself_in_the_same_train_yml(tmp_path):
+    """The restart policy's defaults on this one-node cluster: rank 1 SIGKILLed once checkpoint-20 is saved. The same
+    train.yml ends with exit 0, having gone on by itself from checkpoint-20 (restart 1 of 3, the same node and world
+    size), and the summary, metrics.json and progress.jsonl say the fault and how long the run took to train again."""
+    import signal
+
+    out = tmp_path / "outputs"
+    run_name = f"restarts-{int(time.time())}"
+    extra = {"model": "bert", "model_size": "tiny", "max_steps": 40, "save_steps": 10, "logging_steps": 5,
+             "warmup_steps": 2, "run_name": run_name, "train_output_dir": str(out), "train_poll_seconds": 2}
+    log = tmp_path / "restart.log"
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    with open(log, "w") as sink:
+        proc = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "train.yml", "-e", json.dumps(extra)], cwd=REPO, env=env,
+                                stdout=sink, stderr=subprocess.STDOUT, text=True)
+    status = STALE_DEEPSPEED_ENV.parent.parent / "runs" / run_name / "ranks" / "rank-1.json"
+    try:
+        deadline = time.monotonic() + 600
+        while "saved checkpoint-20" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        assert proc.poll() is None and status.is_file(), log.read_text()[-3000:]
+        os.kill(json.loads(status.read_text())["pid"], signal.SIGKILL)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = " ".join(log.read_text().split())
+    assert proc.returncode == 0, text[-4000:]
+    assert re.search(r"fault: rank 1 on \S+ was killed \(no exit recorded: SIGKILL or the kernel's OOM killer\) — "
+                     r"restart 1 of 3 from checkpoint-(\d+) on \S+ \(world size 2 -> 2\)", text), text[-4000:]
+    m = json.loads((out / run_name / "metrics.json").read_text())
+    assert m["steps"] == 40 and m["world_size"] == 2, m
+    [a] = m["attempts"]
+    assert a["fault"]["kind"] == "rank_killed" and a["fault"]["rank"] == 1 and a["checkpoint_step"] >= 20, a
+    assert 0 < a["recover_s"] < 600, a
+    assert re.search(r"fault 1 rank_killed of rank 1 on \S+ at step \d+, training again \d+ s later; from "
+                     r"checkpoint-\d+", text), text[-4000:]
+    events = [json.loads(ln) for ln in (out / run_name / "progress.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events if e.get("event") in ("restart", "recovered")] == ["restart", "recovered"]
+    assert (out / run_name / "attempt-1" / "train.log").is_file()
 
 
 def rank_logs(run_dir, world_size=2):
