@@ -39,8 +39,8 @@ lint: setup
 # The fast tier (docs/testing.md): the pytest tests of train/tests and roles/*/tests marked neither torch nor slow
 # (pytest.ini; the one way a test is put in a tier: conftest.py refuses a test that runs Ansible unmarked), with the
 # controller's .venv -- no provisioning, no torch, no training run, no ansible-playbook. About 25 s of CPU time
-# (user + sys 27.1 s, 581 tests, 2026-12-07); the wall time is that plus what the machine's other work takes from
-# its 2 cores (76 s at a load average of 6-9).
+# (user + sys 26.0 s, 617 tests, 2026-12-07); the wall time is that plus what the machine's other work takes from
+# its 2 cores (42 s at a load average of 4-6, 76 s at 6-9).
 unit-fast: setup
 	$(BIN)/python -m pytest -m "not torch and not slow" train/tests roles $(PYTEST_ARGS)
 
