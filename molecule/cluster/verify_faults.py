@@ -155,6 +155,8 @@ def test_of_two_runs_started_together_one_trains_a_later_one_is_refused_and_stop
     nodes, _ = cluster.inventory()
     stamp = int(time.time())
     runs = {f"pair-a-{stamp}": tmp_path / "ctl-a", f"pair-b-{stamp}": tmp_path / "ctl-b"}
+    for out in runs.values():
+        out.mkdir()
     started = {run: start_run(run, out, "-e", "launcher=slurm") for run, out in runs.items()}
     try:
         wait_for(lambda: any(p.poll() is not None for p, _ in started.values()), 300, "one of the two to end")
