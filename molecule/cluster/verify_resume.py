@@ -190,11 +190,12 @@ def test_a_worker_stopped_mid_run_is_left_out_and_the_run_goes_on_by_itself_on_t
     text = " ".join(log.read_text().split())
     print(f"restart line {noticed:.0f} s after {node} was stopped; train.yml ended {took:.0f} s after that")
     assert proc.returncode == 0, text[-4000:]
-    said = re.search(rf"fault: {node} did not answer \((\d+) checks in (\d+) s\) — restart 1 of 3 from "
+    # the liveness check's numbers when it took worker-2 for dead; none when pdsh's ssh to it ended the launcher first
+    said = re.search(rf"fault: {node} did not answer(?: \(\d+ checks in \d+ s\))? — restart 1 of 3 from "
                      rf"checkpoint-(\d+) on {', '.join(others)} \(world size {world} -> {fewer}\); {node} left out",
                      text)
     assert said, text[-4000:]
-    step = int(said.group(3))
+    step = int(said.group(1))
     assert step >= 20 and f"resuming run {run} from step {step}" in text, text[-4000:]
     assert f"world size {world} -> {fewer}: the global batch 48 is kept (accumulation 2 -> 3)" in text, text[-4000:]
     out = tmp_path / run
@@ -202,11 +203,12 @@ def test_a_worker_stopped_mid_run_is_left_out_and_the_run_goes_on_by_itself_on_t
     assert m["steps"] == until and m["world_size"] == fewer and m["global_batch_size"] == 48, m
     [a] = m["attempts"]
     assert (a["fault"]["kind"], a["fault"]["node"], a["checkpoint_step"]) == ("node_lost", node, step), a
-    assert a["next_nodes"] == others and 0 < a["detect_s"] < 60 and 0 < a["recover_s"] < 600, a
+    assert a["next_nodes"] == others and 0 < a["recover_s"] < 600, a
+    assert a["detect_s"] is None or 0 < a["detect_s"] < 60, a
     assert a["steps_lost"] == a["fault"]["step"] - step >= 0, a
-    print(f"fault -> noticed {a['detect_s']:.0f} s, noticed -> training again {a['recover_s']:.0f} s, "
+    print(f"fault -> noticed {a['detect_s']} s, noticed -> training again {a['recover_s']:.0f} s, "
           f"{a['steps_lost']} steps lost")
-    assert re.search(rf"fault 1 node_lost of {node} at step \d+; noticed in \d+ s, training again \d+ s later; "
+    assert re.search(rf"fault 1 node_lost of {node} at step \d+(; noticed in \d+ s)?, training again \d+ s later; "
                      rf"from checkpoint-{step}", text), text[-4000:]
     events = [r for r in progress(out / "progress.jsonl") if "event" in r]
     assert [e["event"] for e in events if e["event"] in ("restart", "recovered")] == ["restart", "recovered"], events
