@@ -396,6 +396,59 @@ def test_master_address_is_the_heads_address_in_every_nodes_etc_hosts(mode):
     assert given == in_etc_hosts == {hosts[nodes[0]]["cluster_address"]}, (given, in_etc_hosts)
 
 
+def test_a_node_whose_dev_shm_or_disk_is_too_small_or_whose_gloo_interface_is_wrong_or_down_is_refused(tmp_path):
+    """One train.yml, refused by the preflight's node health check before anything is staged or launched, naming each
+    node with its numbers: worker-1 runs two ranks (slots 2) with its /dev/shm filled to leave less than they need;
+    worker-2's local_ssd_dir is on its 1 GB /dev/shm (under cluster_check_min_free_gb); GLOO_SOCKET_IFNAME names dsc0,
+    a real interface (one end of a veth pair) that is up on the head, down on worker-1 and missing on worker-2.
+    Everything is undone afterwards."""
+    nodes, _ = inventory()
+    head, worker1, worker2 = nodes[:3]
+    bad = tmp_path / "inventory"
+    shutil.copytree(INVENTORY, bad)
+    hosts = yaml.safe_load((bad / "hosts.yml").read_text())
+    workers = hosts["all"]["children"]["workers"]["hosts"]
+    workers[worker1]["slots"] = 2
+    small_ssd = "/dev/shm/dsc-small-ssd"
+    workers[worker2]["local_ssd_dir"] = small_ssd
+    (bad / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    group = yaml.safe_load((bad / "group_vars" / "all.yml").read_text())
+    group["node_env_extra"] = dict(group.get("node_env_extra") or {}, GLOO_SOCKET_IFNAME="dsc0")
+    (bad / "group_vars" / "all.yml").write_text(yaml.safe_dump(group))
+    privileged = lambda node, *cmd: subprocess.run(["podman", "exec", "--privileged", f"dsc-{node}", *cmd],  # noqa: E731
+                                                   capture_output=True, text=True, check=True)
+    try:
+        for node in (head, worker1):
+            privileged(node, "ip", "link", "add", "dsc0", "type", "veth", "peer", "name", "dsc0p")
+        privileged(head, "ip", "link", "set", "dsc0p", "up")
+        privileged(head, "ip", "link", "set", "dsc0", "up")
+        free = int(podman_exec(worker1, "df", "-B1", "--output=avail", "/dev/shm").stdout.split()[-1])
+        podman_exec(worker1, "fallocate", "-l", str(free - 200 * 10 ** 6), "/dev/shm/dsc-fill")
+        podman_exec(worker2, "mkdir", "-p", small_ssd)
+        env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+        train = subprocess.run(["ansible-playbook", "-i", str(bad), "train.yml", "-e", "model=bert", "-e",
+                                "model_size=tiny", "-e", f"train_output_dir={tmp_path / 'out'}"], cwd=REPO, env=env,
+                               capture_output=True, text=True, timeout=600)
+    finally:
+        for node in (head, worker1):
+            privileged(node, "ip", "link", "del", "dsc0") if "dsc0" in podman_exec(
+                node, "ip", "-o", "link", check=False).stdout else None
+        podman_exec(worker1, "rm", "-f", "/dev/shm/dsc-fill", check=False)
+        podman_exec(worker2, "rm", "-rf", small_ssd, check=False)
+    said = " ".join(train.stdout.split())
+    assert train.returncode != 0, said[-3000:]
+    assert re.search(rf"host {worker1}: /dev/shm has 2\d\d MB free of 1\.1 GB and its 2 ranks need about 512 MB "
+                     r"\(256 MB a rank: cluster_check_shm_per_rank_mb\) -- make it larger", said), said[-3000:]
+    assert f"host {worker1}: GLOO_SOCKET_IFNAME=dsc0: dsc0 DOWN (down) -- bring it up (ip link set dsc0 up)" in said
+    assert (f"host {worker2}: GLOO_SOCKET_IFNAME=dsc0 names no interface here (missing: dsc0) -- set "
+            f"GLOO_SOCKET_IFNAME to this node's cluster network interface (eth0, which holds 10.89.77.12)") in said
+    assert re.search(rf"host {worker2}: local_ssd_dir {small_ssd} has 1\.\d GB free, the check wants at least "
+                     r"5\.0 GB", said), said[-3000:]
+    assert f"host {head}: GLOO_SOCKET_IFNAME" not in said and f"host {head}: /dev/shm" not in said
+    assert "-e cluster_check_network_health=warn only warns" in said
+    assert "Launch deepspeed" not in train.stdout and "Copy what runs on a node" not in train.stdout
+
+
 def test_a_master_address_the_workers_cannot_reach_is_refused_before_anything_changes(tmp_path):
     """The inventory without the head's cluster_address: its ansible_host (the management network, which the workers
     cannot reach) becomes its address. The ssh mesh stops before any node's /etc/hosts or keys change, and train.yml
