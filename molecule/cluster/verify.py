@@ -502,7 +502,8 @@ def test_site_yml_limited_to_one_node_stops_at_once_saying_what_to_run():
 
 def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_starts(tmp_path):
     """worker-2's copy of the prepared data is damaged but keeps the head's MANIFEST, so staging skips the copy and
-    its MANIFEST check fails: the run stops there with worker-2 named, on every node, before any rank starts."""
+    its MANIFEST check fails: the run stops there with worker-2 named, on every node, before any rank starts, and
+    the run's claim on the cluster is released (no claim file left on the head)."""
     nodes, _ = inventory()
     job = json.loads((run_dir("pdsh") / "job.json").read_text())
     art = f"/opt/deepspeed-cluster/local/data/{job['data_key']}"
@@ -524,6 +525,9 @@ def test_a_worker_whose_staged_data_is_corrupt_stops_the_run_before_any_rank_sta
         assert processes_of(node, run) == [], node
     # the damaged copy lost its MANIFEST: the next run copies the data again
     assert podman_exec("worker-2", "test", "-e", f"{art}/MANIFEST", check=False).returncode == 1
+    # the failed staging released the run's claim on the cluster (the release ends its holder, then removes the
+    # file): the next train.yml goes on
+    assert podman_exec(nodes[0], "test", "-e", f"{RUNS}/.claim.json", check=False).returncode == 1
 
 
 def test_a_local_ssd_dir_the_nodes_share_is_read_in_place_and_shared_run_directories_are_refused(tmp_path):
