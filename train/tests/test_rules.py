@@ -118,3 +118,36 @@ def test_every_play_sets_any_errors_fatal():
             if play.get("any_errors_fatal") is not True:
                 loose.append(f"{path.relative_to(REPO)}: {play.get('name')}")
     assert plays >= 10 and not loose, "set any_errors_fatal: true on: " + ", ".join(loose)
+
+
+def _strings(node):
+    """Every string in a parsed YAML document (keys and values)."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(key)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _strings(item)
+
+
+_JINJA_EXPRESSION = re.compile(r"\{\{.*?\}\}", re.S)
+_JOIN_BACKSLASH_N = re.compile(r"""join\(\s*(['"])\\n\1\s*\)""")  # join('\n') with a backslash and an n still in it
+
+
+def test_a_line_break_in_a_jinja_literal_is_one():
+    """A Jinja literal '\\n' in a `|` or `>` block (or a plain or single-quoted scalar) reaches Jinja as a backslash
+    and an n, which Ansible 2.19 keeps as such: a lock file written on one line, a run summary printed as one quoted
+    string. Only a double-quoted YAML string makes "\\n" a line break there. Parsed YAML: no join('\\n') may still
+    hold the two characters backslash and n."""
+    import yaml
+
+    found = []
+    for path in role_yaml():
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            for text in _strings(document):
+                if any(_JOIN_BACKSLASH_N.search(expression) for expression in _JINJA_EXPRESSION.findall(text)):
+                    found.append("%s: %s" % (path.relative_to(REPO), text.strip()[:80]))
+    assert found == [], "write these as double-quoted YAML strings:\n" + "\n".join(found)
