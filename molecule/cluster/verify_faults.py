@@ -177,11 +177,12 @@ def test_of_two_runs_started_together_one_trains_a_later_one_is_refused_and_stop
         assert proc.poll() is None, log.read_text()[-3000:]
 
         run_c = f"pair-c-{stamp}"
-        t0 = time.monotonic()
+        # refused at the preflight, before anything is staged (asserted below); no time bound: under CI's load the
+        # refusal took 80 s once, 23 s on a quiet machine
         c = cluster.playbook("train.yml", "-e", "model=bert", "-e", "model_size=tiny", "-e", "max_steps=30", "-e",
                              f"run_name={run_c}", "-e", f"train_output_dir={tmp_path}")
         text = " ".join(c.stdout.split())
-        assert c.returncode != 0 and time.monotonic() - t0 < 60, text[-3000:]
+        assert c.returncode != 0, text[-3000:]
         for n in nodes:
             assert f"host {n}: run {winner} is still running there" in text, (n, text[-3000:])
         assert f"ansible-playbook train.yml -e stop={winner}" in text
@@ -201,6 +202,9 @@ def test_of_two_runs_started_together_one_trains_a_later_one_is_refused_and_stop
         for p, _ in started.values():
             if p.poll() is None:
                 p.kill()
+        # a failure above must not leave its Slurm job training: every later test would be refused "one run at a time"
+        for run in runs:
+            cluster.playbook("train.yml", "-e", f"stop={run}")
     assert proc.returncode != 0
     # the winner's own train.yml says once that it was stopped on request (when and by what), and how to go on
     said = " ".join(log.read_text().split())
