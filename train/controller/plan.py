@@ -654,6 +654,11 @@ def build(*, overrides: dict, accelerator: str, shape: dict, node: dict, output_
                  "entry": entry, "argv": argv, "ds_config_source": ds_source, "hosts": nodes, "ranks": ranks,
                  "world_size": int(shape["world_size"]), "master": f"{shape['master_addr']}:{port}",
                  "launcher": launcher, "launch": commands})}
+    # the restarts' floor must hold at the launch: a run that starts below it would be refused only at its first fault
+    if job["min_nodes"] > len(nodes):
+        raise PlanError(f"min_nodes {job['min_nodes']} is more than the {len(nodes)} node"
+                        f"{'s' if len(nodes) != 1 else ''} this run launches on ({', '.join(nodes)})", "-e min_nodes",
+                        f"set min_nodes to {len(nodes)} or less (the floor the restarts keep)")
     plan = Plan(
         run_name=run, mode=mode, job=job, ds_config=ds_config, ds_config_source=ds_source, files=files,
         hosts=nodes, head=head, ranks=ranks, world_size=int(shape["world_size"]),

@@ -515,3 +515,11 @@ def test_the_restart_policy_is_in_the_plan_and_checked_before_anything_runs(tmp_
         build(tmp_path, {"max_restarts": "many"})
     with pytest.raises(JobError, match=r"min_nodes .*set min_nodes to 1 or more"):
         build(tmp_path, {"min_nodes": "0"})
+
+
+def test_a_restart_floor_above_the_nodes_of_the_launch_is_refused(tmp_path):
+    """-e min_nodes above the run's nodes: refused at the plan with the numbers, not first met at a fault."""
+    with pytest.raises(plan.PlanError, match=r"min_nodes 3 is more than the 2 nodes this run launches on "
+                                        r"\(head-1, worker-1\).*set min_nodes to 2 or less"):
+        build(tmp_path, {"min_nodes": 3})
+    assert build(tmp_path, {"min_nodes": 2})["restart"]["min_nodes"] == 2
